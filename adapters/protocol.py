@@ -1,0 +1,105 @@
+"""The adapter protocol: what a user implements to put a downstream behind toolsafe.
+
+An adapter observes the downstream and classifies what happened into an envelope; it
+decides nothing about retries beyond what it can prove about its own call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from adapters.envelope import AnySuccess, ToolError
+
+InputT = TypeVar("InputT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One input field that failed validation; ``code`` is a stable identifier."""
+
+    field: str
+    code: str
+
+
+@dataclass(frozen=True)
+class LookupFound:
+    """The downstream holds the operation: it was committed."""
+
+    checked_at: datetime
+    result: JsonValue
+    evidence_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class LookupNotFound:
+    """The downstream answered and does not (yet) hold the operation."""
+
+    checked_at: datetime
+
+
+@dataclass(frozen=True)
+class LookupUnavailable:
+    """The lookup itself could not be answered; nothing is known."""
+
+    checked_at: datetime
+    code: str = "LOOKUP_UNAVAILABLE"
+
+
+LookupResult = LookupFound | LookupNotFound | LookupUnavailable
+
+
+def field_errors_from(error: ValidationError) -> list[FieldError]:
+    """Turn pydantic's errors into field names and codes, dropping the offending values."""
+    found: list[FieldError] = []
+    for item in error.errors(include_url=False, include_input=False):
+        location = ".".join(str(part) for part in item["loc"]) or "input"
+        code = str(item["type"]).upper().replace(".", "_").replace("-", "_")
+        found.append(FieldError(field=location, code=code))
+    return found
+
+
+class Adapter(ABC, Generic[InputT]):
+    """Base class of every tool adapter.
+
+    Subclasses set the class attributes and implement :meth:`execute`; write adapters
+    that can look an operation up downstream set ``has_lookup`` and implement
+    :meth:`lookup`. ``consistency_window`` is how long after a write the downstream's
+    lookup may still miss it.
+    """
+
+    tool: ClassVar[str]
+    writes: ClassVar[bool]
+    input_model: ClassVar[type[BaseModel]]
+    has_lookup: ClassVar[bool] = False
+    consistency_window: ClassVar[timedelta] = timedelta(0)
+
+    def parse_input(self, raw: Mapping[str, Any]) -> InputT:
+        """The raw input as the adapter's model; raises ``ValidationError``."""
+        parsed = self.input_model.model_validate(dict(raw))
+        return parsed  # type: ignore[return-value]
+
+    def validate(self, raw: Mapping[str, Any]) -> list[FieldError]:
+        """Field errors of the raw input, empty when it may be sent."""
+        try:
+            parsed = self.parse_input(raw)
+        except ValidationError as error:
+            return field_errors_from(error)
+        return self.check(parsed)
+
+    def check(self, parsed: InputT) -> list[FieldError]:
+        """Rules beyond the model's own (override to add business checks)."""
+        return []
+
+    @abstractmethod
+    def execute(self, data: InputT, operation_ref: str) -> AnySuccess | ToolError:
+        """Perform the call, sending ``operation_ref`` as the idempotency key."""
+
+    def lookup(self, operation_ref: str) -> LookupResult:
+        """Look the operation up downstream by its operation_ref."""
+        raise NotImplementedError(f"adapter {self.tool!r} has no lookup")

@@ -1,0 +1,1 @@
+"""The deterministic recovery runtime and its durable step store (no Celery here)."""

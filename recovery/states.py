@@ -1,0 +1,91 @@
+"""Step states and the transition table of DESIGN §5, in one place.
+
+The same vocabulary is the database CHECK constraint (``recovery.schema``) and the
+diagram in ``docs/lifecycle.md``; a test keeps the three in agreement.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class StepState(StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    WAITING_RETRY = "waiting_retry"
+    VERIFYING = "verifying"
+    NEEDS_INPUT = "needs_input"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ESCALATED = "escalated"
+    CANCELLED = "cancelled"
+
+
+S = StepState
+
+TERMINAL: Final = frozenset({S.SUCCEEDED, S.FAILED, S.ESCALATED, S.CANCELLED})
+"""No worker touches these; ``escalated`` leaves only by operator resolution."""
+
+WAITING: Final = frozenset(
+    {S.PENDING, S.WAITING_RETRY, S.VERIFYING, S.NEEDS_INPUT, S.AWAITING_APPROVAL}
+)
+"""States from which the agent service or an operator may cancel."""
+
+WORK_STATES: Final = frozenset({S.PENDING, S.WAITING_RETRY, S.VERIFYING})
+"""States in which a worker has something to do once ``due_at`` has passed."""
+
+
+# (from, to, label): every edge of the lifecycle, labelled as in the docs.
+TRANSITIONS: Final[frozenset[tuple[StepState, StepState, str]]] = frozenset(
+    {
+        (S.PENDING, S.IN_FLIGHT, "claimed by a worker"),
+        (S.WAITING_RETRY, S.IN_FLIGHT, "claimed by a worker when due"),
+        (S.IN_FLIGHT, S.SUCCEEDED, "success with verification evidence"),
+        (S.IN_FLIGHT, S.NEEDS_INPUT, "correct_input, not_committed"),
+        (S.IN_FLIGHT, S.WAITING_RETRY, "wait_and_retry, not_committed, attempts left"),
+        (S.IN_FLIGHT, S.VERIFYING, "verify_operation, unknown write, or lease expired"),
+        (S.IN_FLIGHT, S.AWAITING_APPROVAL, "request_approval"),
+        (S.IN_FLIGHT, S.ESCALATED, "escalate, limits exhausted, loop guard, unverifiable"),
+        (S.VERIFYING, S.SUCCEEDED, "lookup finds the operation committed"),
+        (S.VERIFYING, S.WAITING_RETRY, "not found after the consistency window, attempts left"),
+        (S.VERIFYING, S.VERIFYING, "not found inside the window, or lookup unavailable"),
+        (S.VERIFYING, S.ESCALATED, "lookup unavailable too long, or no lookup"),
+        (S.NEEDS_INPUT, S.PENDING, "corrected input accepted"),
+        (S.AWAITING_APPROVAL, S.PENDING, "approved"),
+        (S.AWAITING_APPROVAL, S.FAILED, "rejected"),
+        (S.PENDING, S.CANCELLED, "cancelled"),
+        (S.WAITING_RETRY, S.CANCELLED, "cancelled"),
+        (S.VERIFYING, S.CANCELLED, "cancelled"),
+        (S.NEEDS_INPUT, S.CANCELLED, "cancelled"),
+        (S.AWAITING_APPROVAL, S.CANCELLED, "cancelled"),
+        (S.ESCALATED, S.PENDING, "operator re-drive, reason recorded"),
+        (S.ESCALATED, S.SUCCEEDED, "operator resolution, reason recorded"),
+        (S.ESCALATED, S.FAILED, "operator resolution, reason recorded"),
+    }
+)
+
+ALLOWED: Final[frozenset[tuple[StepState, StepState]]] = frozenset(
+    (src, dst) for src, dst, _ in TRANSITIONS
+)
+
+
+def is_allowed(src: StepState, dst: StepState) -> bool:
+    return (src, dst) in ALLOWED
+
+
+def ui_group(state: StepState) -> str:
+    """What a front end shows: the article's groups, success only once confirmed."""
+    return {
+        S.PENDING: "queued",
+        S.IN_FLIGHT: "running",
+        S.WAITING_RETRY: "waiting to retry",
+        S.VERIFYING: "verifying the result",
+        S.NEEDS_INPUT: "waiting for input",
+        S.AWAITING_APPROVAL: "waiting for approval",
+        S.SUCCEEDED: "terminal",
+        S.FAILED: "terminal",
+        S.ESCALATED: "terminal",
+        S.CANCELLED: "terminal",
+    }[state]

@@ -1,0 +1,74 @@
+"""Shared fixtures: real PostgreSQL and Redis, isolated per test session.
+
+Each session gets its own PostgreSQL database (dropped at the end) and its own Redis
+database number (held by a lock key), so several runs can share one machine. When a
+service is missing the tests that need it fail under CI=true and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get(
+    "TOOLSAFE_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_HOST = os.environ.get("TOOLSAFE_TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("TOOLSAFE_TEST_REDIS_PORT", "6379"))
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _missing(service: str, error: Exception) -> None:
+    message = f"{service} is not reachable ({type(error).__name__}: {error})"
+    if IN_CI:
+        pytest.fail(f"{message}; CI needs it, .ci/run should have started it")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """URL of a fresh PostgreSQL database for this test session."""
+    import psycopg
+
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    name = f"toolsafe_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as error:
+        _missing("PostgreSQL", error)
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a Redis database number that no other test session holds."""
+    import redis
+
+    token = uuid.uuid4().hex
+    lock_key = "toolsafe-test-session-lock"
+    try:
+        probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
+        probe.ping()
+    except redis.RedisError as error:
+        _missing("Redis", error)
+    for db in range(1, 16):
+        client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
+        if client.set(lock_key, token, nx=True, ex=3600):
+            keep = {lock_key.encode()}
+            for key in client.scan_iter():
+                if key not in keep:
+                    client.delete(key)
+            try:
+                yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+            finally:
+                if client.get(lock_key) == token.encode():
+                    client.delete(lock_key)
+            return
+    pytest.fail("no free Redis database number (1-15) for this test session")
