@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, parse_result, to_wire
 from adapters.protocol import (
     Adapter,
+    CallContext,
     LookupFound,
     LookupNotFound,
     LookupResult,
@@ -122,7 +123,10 @@ def checked(adapter: Adapter[Any], operation_ref: str, returned: object) -> AnyS
 
 
 def call_adapter(
-    adapter: Adapter[Any], raw_input: Mapping[str, Any], operation_ref: str
+    adapter: Adapter[Any],
+    raw_input: Mapping[str, Any],
+    operation_ref: str,
+    context: CallContext | None = None,
 ) -> AnySuccess | ToolError:
     """Validate the input, execute, and check the result; never raises for adapter bugs."""
     try:
@@ -139,7 +143,7 @@ def call_adapter(
     if problems:
         return invalid_input(operation_ref, [p.field for p in problems])
     try:
-        returned = adapter.execute(parsed, operation_ref)
+        returned = adapter.execute(parsed, operation_ref, context or CallContext())
     except Exception as error:
         log.error(
             "adapter raised %s",

@@ -54,6 +54,18 @@ class LookupUnavailable:
 LookupResult = LookupFound | LookupNotFound | LookupUnavailable
 
 
+@dataclass(frozen=True)
+class CallContext:
+    """What the runtime tells an adapter about this execution.
+
+    ``approval_ref`` is set once a human approved the step (bound to its operation_ref
+    and input hash); an adapter passes it downstream where approval is required.
+    """
+
+    attempt: int = 1
+    approval_ref: str | None = None
+
+
 def field_errors_from(error: ValidationError) -> list[FieldError]:
     """Turn pydantic's errors into field names and codes, dropping the offending values."""
     found: list[FieldError] = []
@@ -97,7 +109,9 @@ class Adapter(ABC, Generic[InputT]):
         return []
 
     @abstractmethod
-    def execute(self, data: InputT, operation_ref: str) -> AnySuccess | ToolError:
+    def execute(
+        self, data: InputT, operation_ref: str, context: CallContext
+    ) -> AnySuccess | ToolError:
         """Perform the call, sending ``operation_ref`` as the idempotency key."""
 
     def lookup(self, operation_ref: str) -> LookupResult:
