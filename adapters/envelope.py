@@ -247,3 +247,14 @@ def json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "ToolResult"
     return schema
+
+
+def flagged_fields(envelope: ToolError) -> tuple[str, ...]:
+    """The input fields an error names: ``safe_details["field"]`` for one field,
+    ``safe_details["fields"]`` (comma-separated) for several."""
+    names: list[str] = []
+    for key in ("field", "fields"):
+        value = envelope.safe_details.get(key)
+        if isinstance(value, str):
+            names.extend(part.strip() for part in value.split(",") if part.strip())
+    return tuple(sorted(set(names)))
