@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class VerificationPolicy:
     # "Lookup unavailable" this many times in a row escalates.
     max_unavailable: int = 5
 
+    def __post_init__(self) -> None:
+        if self.max_unavailable < 1:
+            raise ValueError("max_unavailable must be at least 1")
+        if self.base_delay < timedelta(0) or self.max_delay < self.base_delay:
+            raise ValueError("need 0 <= base_delay <= max_delay")
+
 
 @dataclass(frozen=True)
 class ToolTraits:
@@ -51,3 +59,22 @@ class Policy:
     verification: VerificationPolicy = field(default_factory=VerificationPolicy)
     # The same error fingerprint this many times in a row escalates.
     loop_guard: int = 3
+
+    def __post_init__(self) -> None:
+        if self.loop_guard < 1:
+            raise ValueError("loop_guard must be at least 1")
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The policy of each tool: the settings' default unless the tool has its own."""
+
+    default: Policy = field(default_factory=Policy)
+    per_tool: Mapping[str, Policy] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        # A read-only copy: a frozen value must not change behind its users' backs.
+        object.__setattr__(self, "per_tool", MappingProxyType(dict(self.per_tool)))
+
+    def for_tool(self, tool: str) -> Policy:
+        return self.per_tool.get(tool, self.default)

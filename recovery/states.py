@@ -61,6 +61,7 @@ TRANSITIONS: Final[frozenset[tuple[StepState, StepState, str]]] = frozenset(
         (S.NEEDS_INPUT, S.CANCELLED, "cancelled"),
         (S.AWAITING_APPROVAL, S.CANCELLED, "cancelled"),
         (S.ESCALATED, S.PENDING, "operator re-drive, reason recorded"),
+        (S.ESCALATED, S.VERIFYING, "operator re-drive of an unknown outcome: verify first"),
         (S.ESCALATED, S.SUCCEEDED, "operator resolution, reason recorded"),
         (S.ESCALATED, S.FAILED, "operator resolution, reason recorded"),
     }
@@ -71,8 +72,19 @@ ALLOWED: Final[frozenset[tuple[StepState, StepState]]] = frozenset(
 )
 
 
+LABELS: Final[dict[tuple[StepState, StepState], str]] = {
+    (src, dst): label for src, dst, label in TRANSITIONS
+}
+"""The label of each edge; one label per (from, to), which a test keeps true."""
+
+
 def is_allowed(src: StepState, dst: StepState) -> bool:
     return (src, dst) in ALLOWED
+
+
+def label_of(src: StepState, dst: StepState) -> str:
+    """The edge's label; ``KeyError`` when the lifecycle has no such edge."""
+    return LABELS[(src, dst)]
 
 
 def ui_group(state: StepState) -> str:

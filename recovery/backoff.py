@@ -1,0 +1,30 @@
+"""Backoff delays: exponential growth, a cap, full jitter drawn only from the rng passed in."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Final
+
+from recovery.policy import Policy
+
+# 2**62 seconds is far beyond any cap; stopping there keeps the float arithmetic finite.
+_MAX_EXPONENT: Final = 62
+
+
+def full_jitter(base: timedelta, cap: timedelta, exponent: int, rng: random.Random) -> timedelta:
+    """``uniform(0, min(cap, base * 2**exponent))``: spreads retries of many steps apart."""
+    exponent = min(max(exponent, 0), _MAX_EXPONENT)
+    ceiling = min(cap.total_seconds(), base.total_seconds() * 2**exponent)
+    return timedelta(seconds=rng.uniform(0.0, ceiling))
+
+
+def retry_delay(policy: Policy, attempts: int, rng: random.Random) -> timedelta:
+    """Delay before the next execution of a step that has been claimed ``attempts`` times."""
+    return full_jitter(policy.retry.base_delay, policy.retry.max_delay, attempts - 1, rng)
+
+
+def verification_delay(policy: Policy, verification_attempts: int, rng: random.Random) -> timedelta:
+    """Delay before the next lookup; ``verification_attempts`` 0 is the short first check."""
+    verification = policy.verification
+    return full_jitter(verification.base_delay, verification.max_delay, verification_attempts, rng)
