@@ -14,10 +14,19 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, parse_result, to_wire
+from adapters import codes
+from adapters.envelope import (
+    AnySuccess,
+    NextAction,
+    ToolError,
+    ToolSuccess,
+    parse_result,
+    to_wire,
+)
 from adapters.protocol import (
     Adapter,
     CallContext,
+    FieldError,
     LookupFound,
     LookupNotFound,
     LookupResult,
@@ -27,59 +36,47 @@ from adapters.protocol import (
 
 log = logging.getLogger("toolsafe.adapters")
 
-INVALID_INPUT: Final = "INVALID_INPUT"
-ADAPTER_EXCEPTION: Final = "ADAPTER_EXCEPTION"
-ADAPTER_CONTRACT_VIOLATION: Final = "ADAPTER_CONTRACT_VIOLATION"
+INVALID_INPUT: Final = codes.INVALID_INPUT
+ADAPTER_EXCEPTION: Final = codes.ADAPTER_EXCEPTION
+ADAPTER_CONTRACT_VIOLATION: Final = codes.ADAPTER_CONTRACT_VIOLATION
 LOOKUP_EXCEPTION: Final = "LOOKUP_EXCEPTION"
 
 
-def invalid_input(operation_ref: str, fields: list[str], attempts_left: int = 1) -> ToolError:
-    """The input failed validation before anything was sent."""
-    shown = ", ".join(sorted(fields))[:180] or "input"
-    return ToolError(
-        code=INVALID_INPUT,
-        category="validation",
-        commit_state="not_committed",
-        retry=Retry(directive="after_input_fix", max_attempts_remaining=attempts_left),
-        next_action="correct_input",
-        operation_ref=operation_ref,
-        safe_details={"fields": shown},
-        agent_message=f"The input was rejected before sending. Fix these fields: {shown}.",
-        user_message="The request needs corrected input.",
-    )
+def invalid_input(
+    operation_ref: str, fields: list[str], attempts_left: int = 1, code: str = INVALID_INPUT
+) -> ToolError:
+    """The input failed validation before anything was sent.
+
+    ``code`` may name a more precise catalogued validation code (e.g.
+    ``INVALID_RECIPIENT_ADDRESS``); anything else falls back to ``INVALID_INPUT``.
+    """
+    spec = codes.CATALOGUE.get(code)
+    if spec is None or spec.category != "validation" or spec.directive != "after_input_fix":
+        code = INVALID_INPUT
+    names = sorted(set(fields))
+    details: dict[str, object] = {"fields": ", ".join(names)[:180] or "input"}
+    if len(names) == 1:
+        details["field"] = names[0]
+    return codes.build_error(code, operation_ref, details, attempts_remaining=attempts_left)
 
 
 def internal_error(
     adapter: Adapter[Any], operation_ref: str, code: str, *, may_have_sent: bool
 ) -> ToolError:
     """The envelope for an adapter bug, honest about what may have happened."""
+    details = {"tool": adapter.tool}
     if adapter.writes and may_have_sent:
-        next_action = "verify_operation" if adapter.has_lookup else "escalate"
-        return ToolError(
-            code=code,
-            category="internal",
-            commit_state="unknown",
-            retry=Retry(directive="never", max_attempts_remaining=0),
-            next_action=next_action,
-            operation_ref=operation_ref,
-            safe_details={"tool": adapter.tool},
-            agent_message=(
-                "The tool failed internally after the request may have been sent; "
-                "the outcome is unknown and must be verified before any retry."
-            ),
-            user_message="We are checking whether the action took effect.",
+        action: NextAction = "verify_operation" if adapter.has_lookup else "escalate"
+        return codes.build_error(
+            code, operation_ref, details, commit_state="unknown", next_action=action
         )
-    return ToolError(
-        code=code,
-        category="internal",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="escalate",
-        operation_ref=operation_ref,
-        safe_details={"tool": adapter.tool},
-        agent_message="The tool failed internally; nothing was changed. An operator will look.",
-        user_message="The action could not be completed and was handed to an operator.",
-    )
+    return codes.build_error(code, operation_ref, details)
+
+
+def _problem_code(problems: list[FieldError]) -> str:
+    """The adapter's own code when every problem shares one, else ``INVALID_INPUT``."""
+    found = {problem.code for problem in problems}
+    return found.pop() if len(found) == 1 else INVALID_INPUT
 
 
 def checked(adapter: Adapter[Any], operation_ref: str, returned: object) -> AnySuccess | ToolError:
@@ -135,13 +132,18 @@ def call_adapter(
         return invalid_input(operation_ref, [e.field for e in field_errors_from(error)])
     try:
         problems = adapter.check(parsed)
-    except Exception:
-        log.exception(
-            "adapter check raised", extra={"event": "adapter_exception", "tool": adapter.tool}
+    except Exception as error:
+        # The type only: an exception's text may quote the input (customer data).
+        log.error(
+            "adapter check raised %s",
+            type(error).__name__,
+            extra={"event": "adapter_exception", "tool": adapter.tool},
         )
         return internal_error(adapter, operation_ref, ADAPTER_EXCEPTION, may_have_sent=False)
     if problems:
-        return invalid_input(operation_ref, [p.field for p in problems])
+        return invalid_input(
+            operation_ref, [p.field for p in problems], code=_problem_code(problems)
+        )
     try:
         returned = adapter.execute(parsed, operation_ref, context or CallContext())
     except Exception as error:

@@ -1,0 +1,64 @@
+"""``send_email``: a write to the example downstream; the recipient's syntax is checked
+locally so that a malformed address never leaves the worker."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import ClassVar, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters import codes
+from adapters.http import HttpSettings, HttpWriteAdapter
+from adapters.protocol import FieldError
+
+# Deliberately plain: one @, a dotted domain, no spaces or quotes. Deliverability is
+# the downstream's call (it answers INVALID_RECIPIENT_ADDRESS), syntax is ours.
+RECIPIENT: Final = re.compile(
+    r"^[A-Za-z0-9.!#$%&*+/=?^_`{|}~\-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)+$"
+)
+
+UPSTREAM_CODES: Final = {
+    "INVALID_RECIPIENT_ADDRESS": codes.INVALID_RECIPIENT_ADDRESS,
+    "INVALID_SUBJECT": codes.UPSTREAM_VALIDATION_FAILED,
+    "RATE_LIMITED": codes.RATE_LIMITED,
+    "VERSION_CONFLICT": codes.VERSION_CONFLICT,
+    "MISSING_APPROVAL": codes.MISSING_APPROVAL,
+    "IDEMPOTENCY_KEY_IN_FLIGHT": codes.IDEMPOTENCY_KEY_IN_FLIGHT,
+    "IDEMPOTENCY_KEY_REUSED": codes.IDEMPOTENCY_KEY_REUSED,
+}
+
+
+class EmailInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipient_email: str = Field(max_length=254)
+    subject: str = Field(min_length=1, max_length=200)
+    body: str = Field(default="", max_length=10_000)
+
+
+class SendEmail(HttpWriteAdapter[EmailInput]):
+    """Sends one e-mail per operation_ref, looked up by operation_ref."""
+
+    tool: ClassVar[str] = "send_email"
+    input_model: ClassVar[type[BaseModel]] = EmailInput
+    has_lookup: ClassVar[bool] = True
+    path: ClassVar[str] = "/emails"
+    lookup_path: ClassVar[str | None] = "/emails"
+    lookup_not_found_codes: ClassVar[frozenset[str] | None] = frozenset({"NOT_FOUND"})
+    upstream_codes = UPSTREAM_CODES
+    record_key: ClassVar[str | None] = "record"
+    result_fields: ClassVar[tuple[str, ...]] = ("id", "subject", "created_at")
+
+    def __init__(
+        self, settings: HttpSettings, consistency_window: timedelta = timedelta(seconds=2)
+    ) -> None:
+        super().__init__(settings)
+        self.consistency_window = consistency_window  # type: ignore[misc]
+
+    def check(self, parsed: EmailInput) -> list[FieldError]:
+        if not RECIPIENT.fullmatch(parsed.recipient_email):
+            return [FieldError(field="recipient_email", code=codes.INVALID_RECIPIENT_ADDRESS)]
+        return []

@@ -1,0 +1,466 @@
+"""Adapters for HTTP downstreams over httpx: send with the operation_ref as idempotency key,
+classify whatever happens by the table of DESIGN §7, look operations up by operation_ref."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Final
+
+import httpx
+from pydantic import JsonValue
+
+from adapters import codes
+from adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
+from adapters.http_responses import (
+    Observed,
+    Sent,
+    body_texts,
+    error_parts,
+    guard_transport_logs,
+    reports_failure,
+    retry_after_delay,
+    snake_case,
+    transport_failure,
+)
+from adapters.protocol import (
+    Adapter,
+    CallContext,
+    InputT,
+    LookupFound,
+    LookupNotFound,
+    LookupResult,
+    LookupUnavailable,
+)
+from adapters.redaction import clean_text, looks_like_instructions, safe_text
+
+log = logging.getLogger("toolsafe.adapters.http")
+
+_EVIDENCE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,99}$")
+_UPSTREAM_CODE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where the downstream is and how long to wait for it; every timeout is explicit."""
+
+    base_url: str
+    connect_timeout: float = 3.0
+    write_timeout: float = 10.0
+    read_timeout: float = 10.0
+    pool_timeout: float = 3.0
+    max_connections: int = 10
+    max_retry_after: timedelta = timedelta(minutes=5)
+    default_retry_delay: timedelta = timedelta(seconds=2)
+    max_body_bytes: int = 65_536
+    max_attempts: int = 5
+    idempotency_header: str = "Idempotency-Key"
+    approval_header: str = "X-Approval-Ref"
+    proxy: str | None = None
+    # Off by default: a proxy picked up from the environment would change what "nothing
+    # was sent" means without anyone having configured it.
+    trust_env: bool = False
+
+    def make_client(self) -> httpx.Client:
+        return httpx.Client(
+            timeout=httpx.Timeout(
+                connect=self.connect_timeout,
+                write=self.write_timeout,
+                read=self.read_timeout,
+                pool=self.pool_timeout,
+            ),
+            limits=httpx.Limits(max_connections=self.max_connections),
+            proxy=self.proxy,
+            trust_env=self.trust_env,
+            follow_redirects=False,
+        )
+
+
+class HttpAdapter(Adapter[InputT]):
+    """An adapter whose downstream is one HTTP endpoint (see ``docs/example-service.md``
+    for the example). Subclasses set ``tool``, ``writes``, ``input_model``, ``path`` and
+    the tables below; ``has_lookup`` adapters also set ``lookup_path``.
+    """
+
+    method: ClassVar[str] = "POST"
+    path: ClassVar[str]
+    lookup_path: ClassVar[str | None] = None
+    lookup_param: ClassVar[str] = "operation_ref"
+    # A 404 from the lookup counts as "not found" only when it carries one of these codes
+    # (None: any 404): a misrouted lookup must not pass for "the write never happened".
+    lookup_not_found_codes: ClassVar[frozenset[str] | None] = None
+    # Upstream error code → catalogue code; any other upstream code is UPSTREAM_ERROR.
+    upstream_codes: ClassVar[Mapping[str, str]] = {}
+    # Where the record sits in a success body (None: the body itself), which of its
+    # fields make the result, and which one is the evidence reference.
+    record_key: ClassVar[str | None] = None
+    result_fields: ClassVar[tuple[str, ...]] = ()
+    evidence_field: ClassVar[str | None] = "id"
+
+    def __init__(self, settings: HttpSettings, client: httpx.Client | None = None) -> None:
+        self.settings = settings
+        self._given = client
+        self._client: httpx.Client | None = None
+        self._pid = 0
+        guard_transport_logs()
+
+    @property
+    def client(self) -> httpx.Client:
+        """The HTTP client, made on first use in each process: adapters are registered
+        before Celery's prefork pool forks, and pooled sockets must not be shared."""
+        if self._given is not None:
+            return self._given
+        if self._client is None or self._pid != os.getpid():
+            self._client = self.settings.make_client()
+            self._pid = os.getpid()
+        return self._client
+
+    def close(self) -> None:
+        if self._given is not None:
+            self._given.close()
+        elif self._client is not None and self._pid == os.getpid():
+            self._client.close()
+            self._client = None
+
+    # --- what to send --------------------------------------------------------------
+    def request_path(self, data: InputT) -> str:
+        return self.path
+
+    def request_json(self, data: InputT) -> JsonValue:
+        dumped: JsonValue = data.model_dump(mode="json")
+        return dumped
+
+    def headers(self, operation_ref: str, context: CallContext) -> dict[str, str]:
+        sent = {self.settings.idempotency_header: operation_ref, "Accept": "application/json"}
+        if context.approval_ref:
+            sent[self.settings.approval_header] = context.approval_ref
+        return sent
+
+    def _url(self, path: str) -> str:
+        return self.settings.base_url.rstrip("/") + path
+
+    def _exchange(self, request: httpx.Request) -> Observed:
+        response = self.client.send(request, stream=True)
+        try:
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= self.settings.max_body_bytes:
+                    # The rest is never read: an oversized body is not worth the memory.
+                    break
+        finally:
+            response.close()
+        body = b"".join(chunks)[: self.settings.max_body_bytes]
+        return Observed(response.status_code, response.headers, body, datetime.now(UTC))
+
+    # --- execute -------------------------------------------------------------------
+    def execute(
+        self, data: InputT, operation_ref: str, context: CallContext
+    ) -> AnySuccess | ToolError:
+        attempts_left = max(self.settings.max_attempts - context.attempt, 0)
+        try:
+            request = self.client.build_request(
+                self.method,
+                self._url(self.request_path(data)),
+                json=self.request_json(data) if self.method != "GET" else None,
+                params=self.request_params(data) if self.method == "GET" else None,
+                headers=self.headers(operation_ref, context),
+            )
+            observed = self._exchange(request)
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
+            failed = self.classify_exception(error, operation_ref, attempts_left)
+            log.warning(
+                "downstream call failed: %s",
+                type(error).__name__,
+                extra={"event": "downstream_error", "tool": self.tool, "code": failed.code},
+            )
+            return failed
+        envelope = self.classify_response(observed, operation_ref, attempts_left)
+        log.info(
+            "downstream answered %s",
+            observed.status,
+            extra={
+                "event": "downstream_response",
+                "tool": self.tool,
+                "status": observed.status,
+                "code": envelope.code if isinstance(envelope, ToolError) else "OK",
+            },
+        )
+        return envelope
+
+    def request_params(self, data: InputT) -> dict[str, str]:
+        dumped = data.model_dump(mode="json")
+        return {str(k): str(v) for k, v in dumped.items() if v is not None}
+
+    # --- classification ------------------------------------------------------------
+    def error(
+        self,
+        code: str,
+        operation_ref: str,
+        details: Mapping[str, object] | None = None,
+        *,
+        not_before: datetime | None = None,
+        unknown: bool = False,
+        attempts_left: int | None = None,
+    ) -> ToolError:
+        """A catalogue envelope; an unknown outcome is verified only when there is a lookup."""
+        spec = codes.spec_for(code)
+        is_unknown = unknown or spec.commit_state == "unknown"
+        action: NextAction | None = None
+        if is_unknown:
+            action = "verify_operation" if self.has_lookup else "escalate"
+        return codes.build_error(
+            code,
+            operation_ref,
+            {"tool": self.tool, **(details or {})},
+            not_before=not_before,
+            commit_state="unknown" if is_unknown else None,
+            next_action=action,
+            attempts_remaining=(
+                min(attempts_left, spec.max_attempts_remaining)
+                if attempts_left is not None and spec.directive == "after_delay"
+                else None
+            ),
+        )
+
+    def classify_exception(
+        self, error: BaseException, operation_ref: str, attempts_left: int
+    ) -> ToolError:
+        group = transport_failure(error)
+        reason = snake_case(type(error).__name__)
+        if group == "client_bug":
+            return self.error(codes.CLIENT_REQUEST_INVALID, operation_ref, {"reason": reason})
+        if group == "maybe_sent" and self.writes:
+            return self.error(codes.OUTCOME_UNKNOWN, operation_ref, {"reason": reason})
+        return self.error(
+            codes.DEPENDENCY_UNAVAILABLE,
+            operation_ref,
+            {"reason": reason},
+            not_before=datetime.now(UTC) + self.settings.default_retry_delay,
+            attempts_left=attempts_left,
+        )
+
+    def _not_before(self, observed: Observed) -> tuple[datetime, int] | None:
+        delay = retry_after_delay(observed.headers, observed.received_at)
+        if delay is None:
+            return None
+        delay = min(max(delay, timedelta(0)), self.settings.max_retry_after)
+        return observed.received_at + delay, math.ceil(delay.total_seconds())
+
+    def classify_response(
+        self, observed: Observed, operation_ref: str, attempts_left: int
+    ) -> AnySuccess | ToolError:
+        status = observed.status
+        details: dict[str, object] = {"status": status}
+        if 200 <= status < 300:
+            body = observed.json_object()
+            if body is None:
+                return self._unreadable(operation_ref, details)
+            if reports_failure(body):
+                return self.body_error(body, observed, operation_ref, attempts_left, success=True)
+            return self.parse_success(body, observed, operation_ref)
+        waited = self._not_before(observed)
+        if status == 429 or (status == 503 and waited is not None):
+            code = codes.RATE_LIMITED if status == 429 else codes.DEPENDENCY_UNAVAILABLE
+            if waited is None:
+                when = observed.received_at + self.settings.default_retry_delay
+                seconds = math.ceil(self.settings.default_retry_delay.total_seconds())
+            else:
+                when, seconds = waited
+            details.update(reason=f"http_{status}", retry_after_seconds=seconds)
+            return self.error(
+                code, operation_ref, details, not_before=when, attempts_left=attempts_left
+            )
+        if status >= 500:
+            details["reason"] = f"http_{status}"
+            if self.writes:
+                return self.error(codes.OUTCOME_UNKNOWN, operation_ref, details)
+            return self.error(
+                codes.DEPENDENCY_UNAVAILABLE,
+                operation_ref,
+                details,
+                not_before=observed.received_at + self.settings.default_retry_delay,
+                attempts_left=attempts_left,
+            )
+        if 400 <= status < 500:
+            body = observed.json_object() or {}
+            return self.body_error(body, observed, operation_ref, attempts_left, success=False)
+        # 1xx/3xx: not an answer this client asked for; a write may still have happened.
+        return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=self.writes)
+
+    def _unreadable(self, operation_ref: str, details: Mapping[str, object]) -> ToolError:
+        if self.writes:
+            return self.error(codes.UNREADABLE_RESPONSE, operation_ref, details)
+        return self.error(codes.UPSTREAM_ERROR, operation_ref, details)
+
+    def _input_fields(self, names: list[str]) -> list[str]:
+        # Only names of our own input model: a field name is upstream text too.
+        known = set(self.input_model.model_fields)
+        return sorted({clean_text(name, 40) for name in names} & known)
+
+    def body_error(
+        self,
+        body: Mapping[str, Any],
+        observed: Observed,
+        operation_ref: str,
+        attempts_left: int,
+        *,
+        success: bool,
+    ) -> ToolError:
+        """Classify an error body (a 4xx, or a 2xx that reports failure) by the adapter's
+        code table; anything unknown or instruction-like becomes ``UPSTREAM_ERROR``."""
+        status = observed.status
+        details: dict[str, object] = {"status": status}
+        # A 2xx that says "failed" in words we do not know may still have been written.
+        doubtful = success and self.writes
+        # Decoded JSON strings when the body is JSON (escapes resolved), the raw text
+        # otherwise; scanning both would double the cost for nothing.
+        parsed = observed.json_object()
+        texts = body_texts(parsed) if parsed is not None else [observed.text()]
+        if any(looks_like_instructions(text) for text in texts):
+            log.warning(
+                "downstream error text looks like instructions; withheld",
+                extra={"event": "upstream_instructions", "tool": self.tool, "status": status},
+            )
+            return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=doubtful)
+        upstream, names = error_parts(body)
+        fields = self._input_fields(names)
+        if fields:
+            details["fields"] = ", ".join(fields)
+            if len(fields) == 1:
+                details["field"] = fields[0]
+        if upstream is not None:
+            mapped = (
+                self.upstream_codes.get(upstream) if _UPSTREAM_CODE.fullmatch(upstream) else None
+            )
+            if mapped is None:
+                return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=doubtful)
+            spec = codes.spec_for(mapped)
+            when = None
+            if spec.directive == "after_delay":
+                waited = self._not_before(observed)
+                when = (waited[0] if waited else None) or (
+                    observed.received_at + self.settings.default_retry_delay
+                )
+            return self.error(
+                mapped, operation_ref, details, not_before=when, attempts_left=attempts_left
+            )
+        if success:
+            return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=doubtful)
+        if status in (400, 422):
+            code = codes.UPSTREAM_VALIDATION_FAILED if fields else codes.REQUEST_REJECTED
+            return self.error(code, operation_ref, details)
+        if status in (401, 403):
+            return self.error(codes.NOT_AUTHORIZED, operation_ref, details)
+        if status == 409:
+            return self.error(codes.CONFLICT, operation_ref, details)
+        return self.error(codes.UPSTREAM_ERROR, operation_ref, details)
+
+    # --- success and lookup --------------------------------------------------------
+    def extract_record(self, body: Mapping[str, Any]) -> tuple[dict[str, JsonValue], str | None]:
+        """The allow-listed result fields (text made safe) and the evidence reference."""
+        record = body.get(self.record_key) if self.record_key else body
+        if not isinstance(record, Mapping):
+            return {}, None
+        result: dict[str, JsonValue] = {}
+        for name in self.result_fields:
+            if name not in record:
+                continue
+            value = record[name]
+            if isinstance(value, str):
+                result[name] = safe_text(value)
+            elif value is None or isinstance(value, bool | int):
+                result[name] = value
+            elif isinstance(value, float):
+                result[name] = value if math.isfinite(value) else None
+        evidence = record.get(self.evidence_field) if self.evidence_field else None
+        if isinstance(evidence, int) and not isinstance(evidence, bool):
+            evidence = str(evidence)
+        if not isinstance(evidence, str) or not _EVIDENCE.fullmatch(evidence):
+            evidence = None
+        return result, evidence
+
+    def parse_success(
+        self, body: Mapping[str, Any], observed: Observed, operation_ref: str
+    ) -> AnySuccess | ToolError:
+        """The body parser of a 2xx that does not report failure. A write needs evidence:
+        without it the outcome is verified by lookup instead of assumed."""
+        result, evidence = self.extract_record(body)
+        if self.writes and evidence is None:
+            return self._unreadable(operation_ref, {"status": observed.status})
+        return ToolSuccess[JsonValue](
+            operation_ref=operation_ref,
+            result=result,
+            verification=Verification(checked_at=observed.received_at, evidence_ref=evidence),
+        )
+
+    def lookup(self, operation_ref: str) -> LookupResult:
+        """GET ``lookup_path?<lookup_param>=<operation_ref>``: 200 found, 404 not found,
+        anything else (or no answer) unavailable."""
+        path = self.lookup_path or self.path
+        try:
+            request = self.client.build_request(
+                "GET",
+                self._url(path),
+                params={self.lookup_param: operation_ref},
+                headers={"Accept": "application/json"},
+            )
+            observed = self._exchange(request)
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
+            log.warning(
+                "lookup failed: %s",
+                type(error).__name__,
+                extra={"event": "lookup_error", "tool": self.tool},
+            )
+            return LookupUnavailable(checked_at=datetime.now(UTC), code="LOOKUP_UNREACHABLE")
+        now = observed.received_at
+        if observed.status == 404:
+            upstream, _ = error_parts(observed.json_object() or {})
+            if self.lookup_not_found_codes is None or upstream in self.lookup_not_found_codes:
+                return LookupNotFound(checked_at=now)
+            return LookupUnavailable(checked_at=now, code="LOOKUP_UNEXPECTED_404")
+        if 200 <= observed.status < 300:
+            body = observed.json_object()
+            if body is not None and not reports_failure(body):
+                result, evidence = self.extract_record(body)
+                if evidence is not None:
+                    return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
+            return LookupUnavailable(checked_at=now, code="LOOKUP_UNREADABLE")
+        return LookupUnavailable(checked_at=now, code=f"LOOKUP_HTTP_{observed.status}")
+
+
+class HttpWriteAdapter(HttpAdapter[InputT]):
+    """A write: maybe-sent failures are ``unknown`` and get verified (or escalated)."""
+
+    writes: ClassVar[bool] = True
+
+
+class HttpReadAdapter(HttpAdapter[InputT]):
+    """A read (the smaller contract): every dependency failure simply waits and retries."""
+
+    writes: ClassVar[bool] = False
+    method: ClassVar[str] = "GET"
+    evidence_field: ClassVar[str | None] = None
+
+
+__all__ = [
+    "HttpAdapter",
+    "HttpReadAdapter",
+    "HttpSettings",
+    "HttpWriteAdapter",
+    "Observed",
+    "Sent",
+    "body_texts",
+    "error_parts",
+    "guard_transport_logs",
+    "reports_failure",
+    "retry_after_delay",
+    "transport_failure",
+]

@@ -1,0 +1,268 @@
+"""Treating upstream text as hostile: Unicode clean-up, secret scanning, instruction
+detection, allow-listed safe_details and a logging filter for everything that leaves."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from adapters.envelope import DETAIL_KEY_PATTERN, MAX_DETAIL_STRING, MAX_DETAILS, SafeValue
+
+MAX_SCAN: Final = 65_536
+"""Longer text is cut before scanning: nothing that long is ever passed on anyway."""
+
+MAX_LOG_LINE: Final = 2_000
+
+# Cc (controls), Cf (format: zero-width, bidi overrides, tags), Co/Cs/Cn (private,
+# surrogates, unassigned): none belongs in a message, all can hide or reorder text.
+_DROP_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
+
+
+def clean_text(text: str, limit: int = MAX_SCAN) -> str:
+    """NFKC-normalised (folds full-width and other compatibility look-alikes), invisible
+    and control characters removed, whitespace collapsed, at most ``limit`` characters."""
+    text = unicodedata.normalize("NFKC", text[: limit * 2])
+    kept = []
+    for char in text:
+        if char in "\t\n\r":
+            kept.append(" ")
+        elif unicodedata.category(char) not in _DROP_CATEGORIES:
+            kept.append(char)
+    return " ".join("".join(kept).split())[:limit]
+
+
+@dataclass(frozen=True)
+class SecretPattern:
+    kind: str
+    pattern: re.Pattern[str]
+
+
+def _p(kind: str, regex: str, flags: int = 0) -> SecretPattern:
+    return SecretPattern(kind, re.compile(regex, flags))
+
+
+# Curated, anchored patterns for credentials with a known shape. Order matters: the
+# larger structures (key blocks, URLs with credentials) are replaced before their parts.
+SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
+    _p(
+        "private_key",
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY"
+        r"(?: BLOCK)?-----|.*)",
+        re.DOTALL,
+    ),
+    _p("url_credentials", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*:[^\s/@]+@[^\s'\"<>]+"),
+    _p("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*"),
+    _p("basic_auth", r"(?i)\bbasic\s+[A-Za-z0-9+/]{12,}={0,2}"),
+    _p("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
+    _p("aws_access_key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
+    _p(
+        "aws_secret_key",
+        r"(?i)aws.{0,24}?(?:secret|key).{0,24}?[=:]\s*['\"]?[A-Za-z0-9/+=]{40}",
+    ),
+    _p("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+    _p("slack_token", r"\bxox[abposrce]-[A-Za-z0-9\-]{10,}"),
+    _p("slack_webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"),
+    _p("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}|\bwhsec_[A-Za-z0-9]{16,}"),
+    _p("google_api_key", r"\bAIza[0-9A-Za-z_\-]{30,}"),
+    _p("api_key_sk", r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}"),
+    _p(
+        "password_assignment",
+        r"(?i)(?:\b|_)(?:password|passwd|pwd|pass|secret|token|api[_\-]?key|apikey|"
+        r"access[_\-]?token|client[_\-]?secret|auth|session|sig|signature)"
+        r"['\"]?\s*[=:]\s*['\"]?[^\s&'\",;<>]{3,}",
+    ),
+    _p("ssn", r"\b\d{3}-\d{2}-\d{4}\b"),
+)
+
+_CARD_CANDIDATE: Final = re.compile(r"(?<![\d])(?:\d[ \-]?){12,18}\d(?![\d])")
+_EMAIL: Final = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = int(char)
+        if index % 2 == 1:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def _card_spans(text: str) -> list[tuple[int, int]]:
+    spans = []
+    for match in _CARD_CANDIDATE.finditer(text):
+        digits = re.sub(r"\D", "", match.group())
+        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+            spans.append(match.span())
+    return spans
+
+
+def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+    text = text[:MAX_SCAN]
+    for secret in SECRET_PATTERNS:
+        text = secret.pattern.sub(f"[REDACTED:{secret.kind}]", text)
+    for start, end in reversed(_card_spans(text)):
+        text = f"{text[:start]}[REDACTED:card_number]{text[end:]}"
+    allowed = {address.lower() for address in allowed_emails}
+
+    def _email(match: re.Match[str]) -> str:
+        return match.group() if match.group().lower() in allowed else "[REDACTED:email]"
+
+    return _EMAIL.sub(_email, text)
+
+
+def find_secrets(text: str, *, allowed_emails: Iterable[str] = ()) -> list[str]:
+    """The kinds of secret found in ``text`` (empty when it is clean)."""
+    redacted = redact(text, allowed_emails=allowed_emails)
+    return sorted(set(re.findall(r"\[REDACTED:([a-z_]+)\]", redacted)))
+
+
+# Phrases that address a model rather than report an error, in the languages agents'
+# downstreams answer in. A hit does not need to be certain: the text is dropped anyway,
+# the hit only decides that the code becomes UPSTREAM_ERROR.
+_INSTRUCTION_PATTERNS: Final = tuple(
+    re.compile(regex, re.IGNORECASE)
+    for regex in (
+        r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}\b(?:instruction|prompt|rule"
+        r"|guideline|polic|previous|prior|above|earlier|system)",
+        r"\byou are (?:now|no longer)\b",
+        r"\b(?:new|updated|real|actual) instructions?\b",
+        r"\bsystem prompt\b",
+        r"\b(?:act|behave) as\b",
+        r"\bpretend (?:to be|you are)\b",
+        r"\bas an ai\b",
+        r"\bdo not (?:tell|inform|show|mention)\b.{0,20}\b(?:user|human|operator)",
+        r"\b(?:call|invoke|use|run) (?:the )?[a-z_]+ (?:tool|function)\b",
+        r"\b(?:jailbreak|developer mode|dan mode)\b",
+        r"(?:^|\s)(?:system|assistant|user|human)\s*:",
+        r"<\|?(?:im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>",
+        r"#{2,}\s*(?:instruction|system)",
+        # Chinese
+        r"(?:忽略|无视|忽视|不要理会|忘记|跳过).{0,12}(?:指令|指示|说明|提示|规则|要求|设定)",
+        r"你现在是|从现在开始你|系统提示|不要告诉用户|新的指令|扮演|请立即(?:执行|调用|转账)",
+        # Spanish
+        r"\bignor[ae]r?\b.{0,30}\binstrucci[oó]n",
+        r"\b(?:olvida|omite)\b.{0,30}\binstrucci[oó]n|\bahora eres\b",
+        # German
+        r"\b(?:ignoriere|vergiss|missachte)\b.{0,40}\b(?:anweisung|instruktion|regel)",
+        r"\bdu bist (?:jetzt|nun)\b",
+        # French
+        r"\bignor(?:e|ez|er)\b.{0,30}\b(?:instruction|consigne)",
+        r"\b(?:tu es|vous êtes) maintenant\b",
+        # Russian, Japanese
+        r"(?:игнорируй|забудь|проигнорируй).{0,30}(?:инструкц|указани|правил)",
+        r"(?:指示|命令|ルール).{0,10}(?:無視|忘れ)|(?:無視|忘れ).{0,10}(?:指示|命令)",
+    )
+)
+
+
+def looks_like_instructions(text: str) -> bool:
+    """Whether ``text`` reads like an attempt to instruct a model."""
+    flat = clean_text(text).casefold()
+    return any(pattern.search(flat) for pattern in _INSTRUCTION_PATTERNS)
+
+
+def safe_text(text: str, limit: int = MAX_DETAIL_STRING) -> str:
+    """Upstream or user text made fit to show: cleaned, secrets redacted, instructions
+    removed, capped. Still never a source of agent_message or user_message."""
+    cleaned = clean_text(text)
+    if looks_like_instructions(cleaned):
+        return "[REMOVED:instructions]"
+    return redact(cleaned)[:limit]
+
+
+_SAFE_DETAIL_CHARS: Final = re.compile(r"^[A-Za-z0-9 _.,:;/()+\-]*$")
+
+
+def safe_detail_value(value: object) -> SafeValue | None:
+    """A detail value fit for safe_details, or ``None`` when it must be dropped.
+
+    Only scalars; strings are cleaned, capped, limited to a plain character set and must
+    hold no secret and no instructions (a value that was changed by redaction is
+    dropped rather than shown half-redacted).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 10**15 else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, str):
+        return None
+    cleaned = clean_text(value, MAX_DETAIL_STRING)
+    if not _SAFE_DETAIL_CHARS.fullmatch(cleaned):
+        return None
+    if looks_like_instructions(cleaned) or redact(cleaned) != cleaned:
+        return None
+    return cleaned
+
+
+def safe_details_for(
+    details: Mapping[str, object], allowed_keys: Iterable[str]
+) -> dict[str, SafeValue]:
+    """Only the allowed keys, only values that pass :func:`safe_detail_value`."""
+    allowed = frozenset(allowed_keys)
+    safe: dict[str, SafeValue] = {}
+    for key, value in details.items():
+        if key not in allowed or not DETAIL_KEY_PATTERN.fullmatch(key):
+            continue
+        checked = safe_detail_value(value)
+        if checked is not None and len(safe) < MAX_DETAILS:
+            safe[key] = checked
+    return safe
+
+
+_RECORD_TEXT_ATTRS: Final = frozenset(
+    {
+        "name", "msg", "args", "levelname", "levelno", "pathname", "filename", "module",
+        "exc_info", "exc_text", "stack_info", "lineno", "funcName", "created", "msecs",
+        "relativeCreated", "thread", "threadName", "processName", "process", "taskName",
+        "message", "asctime",
+    }
+)  # fmt: skip
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts every log record that passes: message, arguments, extras and tracebacks.
+
+    Attach it to the handlers (or loggers) that carry toolsafe's logs; records are
+    rewritten in place, so every handler after it sees only the redacted text.
+    """
+
+    def __init__(self, name: str = "", limit: int = MAX_LOG_LINE) -> None:
+        super().__init__(name)
+        self.limit = limit
+
+    def _scrub(self, text: str) -> str:
+        cleaned = clean_text(text, self.limit)
+        if looks_like_instructions(cleaned):
+            return "[REMOVED:instructions]"
+        return redact(cleaned)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        record.msg = self._scrub(message)
+        record.args = None
+        if record.exc_info:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = self._scrub(formatted)
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = self._scrub(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._scrub(record.stack_info)
+        for key, value in list(vars(record).items()):
+            if key not in _RECORD_TEXT_ATTRS and isinstance(value, str):
+                setattr(record, key, self._scrub(value))
+        return True

@@ -1,0 +1,248 @@
+"""The example adapters against the example downstream: the article's paths end to end
+at the adapter boundary (the runtime's part is tested in tests/recovery)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from adapters.envelope import ToolError, ToolSuccess, flagged_fields
+from adapters.examples import register, settings_from_env
+from adapters.examples.downstream import DownstreamService
+from adapters.examples.email import SendEmail
+from adapters.examples.invoice import CreateInvoice
+from adapters.guard import call_adapter, call_lookup
+from adapters.http import HttpAdapter, HttpSettings
+from adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
+from adapters.registry import Registry
+
+AdapterT = TypeVar("AdapterT", bound=HttpAdapter[Any])
+REF = "run_81/step_4"
+INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
+EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Your invoice", "body": "hi"}
+
+
+OPENED: list[HttpAdapter[Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_adapters() -> Iterator[None]:
+    # Adapters keep pooled keep-alive connections; close them before the server goes.
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
+def opened(adapter: AdapterT) -> AdapterT:
+    OPENED.append(adapter)
+    return adapter
+
+
+def fast(url: str) -> HttpSettings:
+    return HttpSettings(base_url=url, connect_timeout=0.5, read_timeout=0.3, write_timeout=0.5)
+
+
+def invoices(service: DownstreamService, **kw: Any) -> CreateInvoice:
+    return opened(CreateInvoice(fast(service.url), **kw))
+
+
+def add_fault(service: DownstreamService, **spec: Any) -> None:
+    service.state.add_fault(spec)
+
+
+def error(result: object) -> ToolError:
+    assert isinstance(result, ToolError), result
+    return result
+
+
+def test_create_invoice_once_with_evidence(downstream: DownstreamService) -> None:
+    adapter = invoices(downstream)
+    first = call_adapter(adapter, INVOICE, REF)
+    again = call_adapter(adapter, INVOICE, REF)
+    assert isinstance(first, ToolSuccess) and isinstance(again, ToolSuccess)
+    assert first.verification.evidence_ref == again.verification.evidence_ref
+    assert first.result["amount_cents"] == 1200  # type: ignore[index,call-overload]
+    found = adapter.get_invoice_by_operation_ref(REF)
+    assert isinstance(found, LookupFound)
+    assert found.evidence_ref == first.verification.evidence_ref
+    assert downstream.effects() == {REF: 1}
+
+
+def test_stall_after_store_is_unknown_then_verified(downstream: DownstreamService) -> None:
+    add_fault(downstream, fault="stall_after_store", operation_ref=REF, seconds=3)
+    adapter = invoices(downstream)
+    envelope = error(call_adapter(adapter, INVOICE, REF))
+    assert (envelope.code, envelope.commit_state, envelope.next_action) == (
+        "OUTCOME_UNKNOWN", "unknown", "verify_operation",
+    )  # fmt: skip
+    assert (envelope.retry.directive, envelope.retry.max_attempts_remaining) == ("never", 0)
+    assert isinstance(call_lookup(adapter, REF), LookupFound)
+    assert downstream.effects() == {REF: 1}
+
+
+def test_gateway_502_after_store_is_unknown_and_the_write_is_found(
+    naive_downstream: DownstreamService,
+) -> None:
+    add_fault(naive_downstream, fault="error_after_store", operation_ref=REF)
+    adapter = invoices(naive_downstream)
+    envelope = error(call_adapter(adapter, INVOICE, REF))
+    assert (envelope.code, envelope.safe_details["reason"]) == ("OUTCOME_UNKNOWN", "http_502")
+    found = call_lookup(adapter, REF)
+    assert isinstance(found, LookupFound)
+    assert naive_downstream.effects() == {REF: 1}
+
+
+def test_dropped_before_store_is_not_found_and_the_same_key_then_writes_once(
+    naive_downstream: DownstreamService,
+) -> None:
+    add_fault(naive_downstream, fault="drop_before_store", operation_ref=REF)
+    adapter = invoices(naive_downstream)
+    assert error(call_adapter(adapter, INVOICE, REF)).commit_state == "unknown"
+    assert isinstance(call_lookup(adapter, REF), LookupNotFound)
+    assert isinstance(call_adapter(adapter, INVOICE, REF), ToolSuccess)
+    assert naive_downstream.effects() == {REF: 1}
+
+
+def test_rate_limit_waits_until_not_before(downstream: DownstreamService) -> None:
+    add_fault(downstream, fault="rate_limit", operation_ref=REF, retry_after=4)
+    envelope = error(call_adapter(invoices(downstream), INVOICE, REF))
+    assert (envelope.code, envelope.next_action) == ("RATE_LIMITED", "wait_and_retry")
+    assert envelope.retry.not_before is not None
+    assert envelope.safe_details["retry_after_seconds"] == 4
+    assert downstream.effects() == {}
+
+
+def test_version_conflict_and_missing_approval(downstream: DownstreamService) -> None:
+    adapter = invoices(downstream)
+    add_fault(downstream, fault="version_conflict", operation_ref=REF)
+    conflict = error(call_adapter(adapter, INVOICE, REF))
+    assert (conflict.code, conflict.category, conflict.next_action) == (
+        "VERSION_CONFLICT", "conflict", "escalate",
+    )  # fmt: skip
+    add_fault(downstream, fault="require_approval", operation_ref=REF, times=None)
+    blocked = error(call_adapter(adapter, INVOICE, REF))
+    assert (blocked.code, blocked.category, blocked.next_action) == (
+        "MISSING_APPROVAL", "authorization", "request_approval",
+    )  # fmt: skip
+    approved = call_adapter(adapter, INVOICE, REF, CallContext(attempt=2, approval_ref="apr_9"))
+    assert isinstance(approved, ToolSuccess)
+    assert downstream.effects() == {REF: 1}
+
+
+def test_lookup_down_is_unavailable(downstream: DownstreamService) -> None:
+    add_fault(downstream, fault="lookup_down", operation_ref=REF)
+    found = call_lookup(invoices(downstream), REF)
+    assert isinstance(found, LookupUnavailable)
+    assert found.code == "LOOKUP_HTTP_503"
+
+
+def test_eventual_consistency_inside_the_window(downstream: DownstreamService) -> None:
+    add_fault(downstream, fault="eventual_consistency", operation_ref=REF, seconds=0.4)
+    adapter = invoices(downstream, consistency_window=timedelta(seconds=0.4))
+    assert adapter.consistency_window == timedelta(seconds=0.4)
+    assert isinstance(call_adapter(adapter, INVOICE, REF), ToolSuccess)
+    assert isinstance(call_lookup(adapter, REF), LookupNotFound)
+    time.sleep(0.45)
+    assert isinstance(call_lookup(adapter, REF), LookupFound)
+
+
+def test_in_flight_duplicate_is_unknown(downstream: DownstreamService) -> None:
+    add_fault(downstream, fault="stall_before_store", operation_ref=REF, seconds=0.6)
+    slow = opened(CreateInvoice(HttpSettings(base_url=downstream.url, read_timeout=3)))
+    first: list[object] = []
+    thread = threading.Thread(target=lambda: first.append(call_adapter(slow, INVOICE, REF)))
+    thread.start()
+    time.sleep(0.2)
+    during = error(call_adapter(invoices(downstream), INVOICE, REF))
+    assert (during.code, during.commit_state, during.next_action) == (
+        "IDEMPOTENCY_KEY_IN_FLIGHT", "unknown", "verify_operation",
+    )  # fmt: skip
+    thread.join(timeout=5)
+    assert isinstance(first[0], ToolSuccess)
+    assert downstream.effects() == {REF: 1}
+
+
+def test_send_email_bad_domain_then_corrected_under_the_same_ref(
+    downstream: DownstreamService,
+) -> None:
+    adapter = opened(SendEmail(fast(downstream.url)))
+    bad = {**EMAIL, "recipient_email": "ann@mail.exmaple.com"}
+    envelope = error(call_adapter(adapter, bad, REF))
+    assert (envelope.code, envelope.category, envelope.commit_state) == (
+        "INVALID_RECIPIENT_ADDRESS", "validation", "not_committed",
+    )  # fmt: skip
+    assert (envelope.retry.directive, envelope.retry.max_attempts_remaining) == (
+        "after_input_fix", 1,
+    )  # fmt: skip
+    assert flagged_fields(envelope) == ("recipient_email",)
+    assert "ann@" not in envelope.agent_message
+    fixed = call_adapter(adapter, EMAIL, REF)
+    assert isinstance(fixed, ToolSuccess)
+    assert isinstance(adapter.lookup(REF), LookupFound)
+    assert downstream.effects("emails") == {REF: 1}
+
+
+def test_register_reads_the_environment(
+    downstream: DownstreamService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLSAFE_EXAMPLE_DOWNSTREAM_URL", downstream.url)
+    monkeypatch.setenv("TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW", "0.5")
+    registry = Registry()
+    registry.load_modules(["adapters.examples"])
+    assert registry.tools() == ("create_invoice", "send_email")
+    invoice = registry.get("create_invoice")
+    for tool in registry.tools():
+        registered = registry.get(tool)
+        assert isinstance(registered, HttpAdapter)
+        opened(registered)
+    assert (invoice.writes, invoice.has_lookup) == (True, True)
+    assert invoice.consistency_window == timedelta(seconds=0.5)
+    assert isinstance(call_adapter(invoice, INVOICE, REF), ToolSuccess)
+    assert httpx.get(f"{downstream.url}/_control/effects").json() == {REF: 1}
+
+
+def test_defaults_and_bad_settings() -> None:
+    settings, window = settings_from_env({})
+    assert (settings.base_url, window) == ("http://127.0.0.1:8900", timedelta(seconds=2))
+    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW"):
+        settings_from_env({"TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "soon"})
+    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW"):
+        settings_from_env({"TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "-1"})
+    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"):
+        settings_from_env({"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "ftp://x"})
+    registry = Registry()
+    register(registry)
+    assert registry.tools() == ("create_invoice", "send_email")
+    for tool in registry.tools():
+        registered = registry.get(tool)
+        assert isinstance(registered, HttpAdapter)
+        opened(registered)
+
+
+def test_adapters_import_neither_celery_nor_the_database() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, adapters.examples, adapters.http, adapters.guard, adapters.redaction;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('celery', 'kombu', 'sqlalchemy', 'psycopg', 'recovery', 'tasks', 'redis')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_each_process_gets_its_own_http_client(downstream: DownstreamService) -> None:
+    adapter = invoices(downstream)
+    first = adapter.client
+    assert adapter.client is first
+    adapter._pid = -1  # as seen from a forked child: the parent's pool is not reused
+    assert adapter.client is not first
+    first.close()
