@@ -1,24 +1,61 @@
 """The durable step store: every operation one transaction, every change a guarded
 compare-and-set, every change an event row in the same transaction (R2, R3, R8, R10).
 
-THE API BELOW IS THE SEAM between recovery/ and tasks/ — signatures are agreed;
-bodies are being implemented (issue 4).
+The API here is the seam between recovery/ and tasks/; ``docs/store.md`` describes it.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Final, TypeVar
 
-from adapters.envelope import CommitState
+from sqlalchemy import Connection, Engine, Row, func, select, update
+
+from adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from adapters.errors import ToolsafeError
 from adapters.protocol import FieldError
-from recovery.outcomes import Decision, Executed, LookedUp
+from recovery import store_ops as ops
+from recovery import store_sweep as sweep
+from recovery.canonical import changed_fields, input_hash
+from recovery.db import READ_ONLY, make_engine, with_db_retry
+from recovery.outcomes import (
+    Approved,
+    Cancelled,
+    Decision,
+    Executed,
+    InputCorrected,
+    LookedUp,
+    Outcome,
+    Rejected,
+    Resolved,
+    TransitionRefused,
+)
 from recovery.policy import Policy, ToolTraits
+from recovery.records import Claim, EventRecord, Recorded, StepRecord, event_record, step_record
+from recovery.rows import NOOP_REASONS
+from recovery.schema import step_events, steps
 from recovery.states import StepState
+
+__all__ = [
+    "CONCURRENT_CHANGE",
+    "Claim",
+    "EventRecord",
+    "InvalidOperationRef",
+    "Jitter",
+    "OperationRefConflict",
+    "Recorded",
+    "StepNotFound",
+    "StepRecord",
+    "StepStore",
+    "Validator",
+    "new_operation_ref",
+]
+
+CONCURRENT_CHANGE: Final = "CONCURRENT_CHANGE"
+"""Refusal code: the step changed between reading it and writing the action."""
 
 
 class StepNotFound(ToolsafeError, LookupError):
@@ -45,68 +82,63 @@ class OperationRefConflict(ToolsafeError, ValueError):
         )
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    id: int
-    operation_ref: str
-    tool: str
-    input: dict[str, Any]
-    input_hash: str
-    state: StepState
-    commit_state: CommitState | None
-    attempts: int
-    max_attempts: int
-    verification_attempts: int
-    lookups_unavailable: int
-    due_at: datetime | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    last_sent_at: datetime | None
-    last_envelope: dict[str, Any] | None  # the redacted envelope JSON, never raw text
-    fingerprint: str | None
-    fingerprint_repeats: int
-    flagged_fields: tuple[str, ...]
-    approval_input_hash: str | None
-    reason: str | None  # escalation / failure reason code
-    published_at: datetime | None
-    version: int
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    id: int
-    operation_ref: str
-    at: datetime
-    kind: str  # submitted, claimed, executed, looked_up, lease_expired, noop, ...
-    from_state: StepState | None
-    to_state: StepState | None
-    label: str
-    detail: dict[str, Any]  # redacted: envelope JSON, lookup summary, actor and reason
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A step this worker holds under a lease; ``step`` is the row after the claim."""
-
-    kind: Literal["execute", "verify"]
-    owner: str
-    step: StepRecord
-
-
-@dataclass(frozen=True)
-class Recorded:
-    step: StepRecord
-    decision: Decision
-
-
 Jitter = random.Random
 Validator = Callable[[Mapping[str, Any]], Sequence[FieldError]]
 
 
+class InvalidOperationRef(ToolsafeError, ValueError):
+    """An operation_ref that cannot travel in an envelope (see ``adapters.envelope``)."""
+
+    def __init__(self, operation_ref: str) -> None:
+        super().__init__(operation_ref)
+        self.operation_ref = operation_ref
+
+    def __str__(self) -> str:
+        return (
+            f"operation_ref {self.operation_ref!r} is not valid: 1 to {MAX_OPERATION_REF} "
+            "letters, digits and _ . : / -, starting with a letter or digit"
+        )
+
+
+def new_operation_ref() -> str:
+    return f"op_{uuid.uuid4().hex}"
+
+
+T = TypeVar("T")
+
+
 class StepStore:
-    """SQLAlchemy implementation over PostgreSQL or SQLite (see ``recovery.db``)."""
+    """SQLAlchemy implementation over PostgreSQL or SQLite (see ``recovery.db``).
+
+    Every method is one transaction, run again by :func:`recovery.db.with_db_retry`
+    when the connection drops (an infrastructure retry, never a business one).
+    """
+
+    def __init__(self, engine: Engine, *, rng: Jitter | None = None) -> None:
+        self.engine = engine
+        self._rng = rng or random.Random()
+
+    @classmethod
+    def from_url(cls, url: str) -> StepStore:
+        return cls(make_engine(url))
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self.engine.begin() as conn:
+                return work(conn)
+
+        return with_db_retry(attempt)
+
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self.engine.connect() as conn:
+                conn.execution_options(**{READ_ONLY: True})
+                with conn.begin():
+                    return work(conn)
+
+        return with_db_retry(attempt)
+
+    # -------------------------------------------------------------- submit and read
 
     def create_step(
         self,
@@ -119,31 +151,92 @@ class StepStore:
     ) -> tuple[StepRecord, bool]:
         """Commit a ``pending`` step due now; returns (step, created). Idempotent by
         operation_ref; a different tool/input raises ``OperationRefConflict``."""
-        raise NotImplementedError
+        ref = operation_ref if operation_ref is not None else new_operation_ref()
+        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
+            raise InvalidOperationRef(ref)
+        digest = input_hash(input)
+
+        def work(conn: Connection) -> tuple[Row[Any], bool]:
+            return ops.insert_step(
+                conn,
+                tool=tool,
+                input=input,
+                input_hash=digest,
+                operation_ref=ref,
+                max_attempts=policy.retry.max_attempts,
+                now=now,
+            )
+
+        row, created = self._write(work)
+        if not created:
+            if row.tool != tool:
+                raise OperationRefConflict(ref, "tool")
+            if row.input_hash != digest:
+                raise OperationRefConflict(ref, "input")
+        return step_record(row), created
 
     def get(self, operation_ref: str) -> StepRecord:
-        raise NotImplementedError
+        row = self._read(lambda conn: ops.fetch(conn, operation_ref))
+        if row is None:
+            raise StepNotFound(operation_ref)
+        return step_record(row)
 
     def events(self, operation_ref: str) -> list[EventRecord]:
-        raise NotImplementedError
+        """Every event about the operation_ref, oldest first (including ``noop``s about
+        an operation_ref that has no step)."""
+        query = (
+            select(step_events)
+            .where(step_events.c.operation_ref == operation_ref)
+            .order_by(step_events.c.id)
+        )
+        return [event_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
 
     def list_steps(
         self, states: Sequence[StepState] | None = None, limit: int = 100
     ) -> list[StepRecord]:
-        raise NotImplementedError
+        """The newest steps first, optionally only those in ``states``."""
+        query = select(steps).order_by(steps.c.id.desc()).limit(limit)
+        if states is not None:
+            query = query.where(steps.c.state.in_([StepState(state).value for state in states]))
+        return [step_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
+
+    def counts_by_state(self) -> dict[StepState, int]:
+        """Every state with its number of steps (zero included), for the CLI and metrics."""
+        query = select(steps.c.state, func.count()).group_by(steps.c.state)
+        found = {state: count for state, count in self._read(lambda c: c.execute(query).all())}
+        return {state: int(found.get(state.value, 0)) for state in StepState}
+
+    def noop_counts(self) -> dict[str, int]:
+        """Refused execution claims by reason: the duplicate writes the store prevented."""
+        reason = step_events.c.detail["reason"].as_string()
+        query = (
+            select(reason, func.count())
+            .where(
+                step_events.c.kind == "noop", step_events.c.detail["claim"].as_string() == "execute"
+            )
+            .group_by(reason)
+        )
+        found = {key: count for key, count in self._read(lambda c: c.execute(query).all())}
+        return {key: int(found.get(key, 0)) for key in NOOP_REASONS}
+
+    # -------------------------------------------------------------- the worker's path
 
     def claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
         """pending / due waiting_retry → in_flight, attempt + 1, lease; None (and a
         ``noop`` event naming why) when not due, claimed, terminal or attempts spent."""
-        raise NotImplementedError
+        row = self._write(lambda conn: ops.claim_execution(conn, operation_ref, owner, lease, now))
+        return None if row is None else Claim("execute", owner, step_record(row))
 
     def claim_verification(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
         """A due ``verifying`` step gets a lease (state stays verifying)."""
-        raise NotImplementedError
+        row = self._write(
+            lambda conn: ops.claim_verification(conn, operation_ref, owner, lease, now)
+        )
+        return None if row is None else Claim("verify", owner, step_record(row))
 
     def record(
         self,
@@ -155,8 +248,23 @@ class StepStore:
         now: datetime,
         rng: Jitter,
     ) -> Recorded | None:
-        """Decide and write the outcome if the claim still holds (CAS on version)."""
-        raise NotImplementedError
+        """Decide and write the outcome if the claim still holds (CAS on version and
+        lease owner); None when the lease was lost."""
+        decided = self._write(
+            lambda conn: ops.record(
+                conn,
+                claimed=claim.step,
+                owner=claim.owner,
+                outcome=outcome,
+                traits=traits,
+                policy=policy,
+                now=now,
+                rng=rng,
+            )
+        )
+        return None if decided is None else Recorded(step_record(decided[0]), decided[1])
+
+    # -------------------------------------------------------------- the sweeper
 
     def expire_leases(
         self,
@@ -164,19 +272,80 @@ class StepStore:
         traits_for: Callable[[str], ToolTraits],
         policy_for: Callable[[str], Policy],
         limit: int = 100,
+        rng: Jitter | None = None,
     ) -> list[Recorded]:
         """in_flight with an expired lease → verifying (R4); an expired verification
         lease is released so the step is due again."""
-        raise NotImplementedError
+        decided = self._write(
+            lambda conn: sweep.expire_leases(
+                conn,
+                now=now,
+                traits_for=traits_for,
+                policy_for=policy_for,
+                limit=limit,
+                rng=rng or self._rng,
+            )
+        )
+        return [Recorded(step_record(row), decision) for row, decision in decided]
 
     def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:
         """Steps in pending / waiting_retry / verifying that are due and not leased and
         whose last publish is older than ``republish_after`` (or never); marks them
         published at ``now``. ``FOR UPDATE SKIP LOCKED`` on PostgreSQL."""
-        raise NotImplementedError
+        if republish_after <= timedelta(0):
+            raise ValueError("republish_after must be positive, or every sweep republishes")
+        rows = self._write(
+            lambda conn: sweep.due_work(conn, now=now, limit=limit, cutoff=now - republish_after)
+        )
+        return [step_record(row) for row in rows]
 
     def mark_published(self, operation_ref: str, now: datetime) -> None:
-        raise NotImplementedError
+        """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
+        statement = (
+            update(steps).where(steps.c.operation_ref == operation_ref).values(published_at=now)
+        )
+        updated = self._write(lambda conn: conn.execute(statement).rowcount)
+        if updated == 0:
+            raise StepNotFound(operation_ref)
+
+    # -------------------------------------------------------------- agents and operators
+
+    def _act(
+        self,
+        operation_ref: str,
+        outcome_for: Callable[[Row[Any]], Outcome],
+        *,
+        kind: str,
+        detail: Mapping[str, Any],
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        values_for: Callable[[Row[Any], Decision], Mapping[str, Any]] | None = None,
+    ) -> Recorded:
+        def work(conn: Connection) -> ops.Decided | None:
+            current = ops.fetch(conn, operation_ref, lock=True)
+            if current is None:
+                raise StepNotFound(operation_ref)
+            return ops.apply_action(
+                conn,
+                current,
+                outcome_for=outcome_for,
+                kind=kind,
+                detail=detail,
+                traits=traits,
+                policy=policy,
+                now=now,
+                rng=self._rng,
+                values_for=values_for,
+            )
+
+        decided = self._write(work)
+        if decided is None:
+            raise TransitionRefused(
+                CONCURRENT_CHANGE,
+                f"step {operation_ref} changed while the {kind} was applied; read it and retry",
+            )
+        return Recorded(step_record(decided[0]), decided[1])
 
     def provide_input(
         self,
@@ -190,7 +359,30 @@ class StepStore:
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; raises
         ``TransitionRefused`` (identical input, flagged field unchanged, invalid)."""
-        raise NotImplementedError
+        new_input = dict(new_input)
+        digest = input_hash(new_input)
+        field_errors = tuple(validate(new_input))
+
+        detail: dict[str, Any] = {"input_hash": digest}
+
+        def outcome_for(row: Row[Any]) -> Outcome:
+            changed = changed_fields(row.input, new_input)
+            detail["changed_fields"] = sorted(changed)  # names only, never the values
+            return InputCorrected(digest, changed, field_errors)
+
+        def values_for(row: Row[Any], decision: Decision) -> Mapping[str, Any]:
+            return {"input": new_input}
+
+        return self._act(
+            operation_ref,
+            outcome_for,
+            kind="input_provided",
+            detail=detail,
+            traits=traits,
+            policy=policy,
+            now=now,
+            values_for=values_for,
+        )
 
     def approve(
         self,
@@ -203,7 +395,16 @@ class StepStore:
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        raise NotImplementedError
+        """awaiting_approval → pending, bound to the input hash the request was for."""
+        return self._act(
+            operation_ref,
+            lambda _row: Approved(approver, reason, input_hash),
+            kind="approved",
+            detail={"approver": approver, "reason": reason, "input_hash": input_hash},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
 
     def reject(
         self,
@@ -215,7 +416,16 @@ class StepStore:
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        raise NotImplementedError
+        """awaiting_approval → failed."""
+        return self._act(
+            operation_ref,
+            lambda _row: Rejected(approver, reason),
+            kind="rejected",
+            detail={"approver": approver, "reason": reason},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
 
     def cancel(
         self,
@@ -227,7 +437,16 @@ class StepStore:
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        raise NotImplementedError
+        """Any waiting state → cancelled."""
+        return self._act(
+            operation_ref,
+            lambda _row: Cancelled(by, reason),
+            kind="cancelled",
+            detail={"by": by, "reason": reason},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
 
     def resolve(
         self,
@@ -240,5 +459,14 @@ class StepStore:
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        """Operator resolution of an escalated step: pending (re-drive), succeeded, failed."""
-        raise NotImplementedError
+        """Operator resolution of an escalated step: pending (re-drive; verifying first
+        when the outcome is unknown), succeeded, failed."""
+        return self._act(
+            operation_ref,
+            lambda _row: Resolved(operator, reason, StepState(to)),
+            kind="resolved",
+            detail={"operator": operator, "reason": reason, "to": StepState(to).value},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )

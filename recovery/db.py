@@ -1,0 +1,153 @@
+"""Engines for the step store (PostgreSQL via psycopg 3, SQLite in WAL mode), the
+programmatic Alembic upgrade, and the infrastructure retry for dropped connections."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+READ_ONLY: Final = "toolsafe_read_only"
+"""Execution option: an SQLite transaction that only reads starts with a plain BEGIN."""
+
+
+def normalize_url(url: str | URL) -> URL:
+    """``postgresql://`` and ``postgres://`` mean psycopg 3; everything else is kept."""
+    if isinstance(url, str) and url.startswith("postgres://"):
+        url = "postgresql://" + url.removeprefix("postgres://")
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str | URL, **kwargs: Any) -> Engine:
+    """An engine for this process: ``pool_pre_ping``, its pool dropped in forked children.
+
+    SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions, so
+    several worker processes can share one file without "database is locked" failures
+    halfway through a transaction.
+    """
+    parsed = normalize_url(url)
+    kwargs.setdefault("pool_pre_ping", True)
+    busy_timeout_ms = SQLITE_BUSY_TIMEOUT_MS
+    if parsed.get_backend_name() == "sqlite":
+        connect_args = kwargs.setdefault("connect_args", {})
+        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
+        busy_timeout_ms = int(connect_args["timeout"] * 1000)
+    engine = create_engine(parsed, **kwargs)
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine, busy_timeout_ms)
+    _dispose_after_fork(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module, so that BEGIN is ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if engine.url.database not in (None, "", ":memory:"):
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        # IMMEDIATE takes the write lock up front: a read-then-write transaction can
+        # then never fail with SQLITE_BUSY at its first write.
+        if connection.get_execution_options().get(READ_ONLY):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _dispose_after_fork(engine: Engine) -> None:
+    """A forked child must not reuse the parent's sockets: drop the inherited pool
+    without closing the parent's connections (SQLAlchemy's documented fork recipe)."""
+    ref = weakref.ref(engine)
+
+    def _in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_in_child)
+
+
+# ------------------------------------------------------------------ infrastructure retry
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """A dropped or refused connection (not a constraint, not a bug in a statement)."""
+    return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
+
+
+def with_db_retry(
+    operation: Callable[[], T],
+    *,
+    attempts: int = 3,
+    delay: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``operation`` again when the database connection dropped under it.
+
+    This is an infrastructure retry, unrelated to a step's business attempts: each
+    store operation is one transaction and idempotent, so re-running it after a
+    disconnect either repeats a rolled-back transaction or finds its effect.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return operation()
+        except DBAPIError as error:
+            if not is_disconnect(error) or attempt == attempts:
+                raise
+            log.warning(
+                "database connection lost; retrying",
+                extra={"event": "db_retry", "attempt": attempt},
+            )
+            sleep(delay * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# ------------------------------------------------------------------ migrations
+
+
+def migrations_path() -> Path:
+    return Path(str(resources.files("recovery") / "migrations"))
+
+
+def alembic_config(url: str | URL) -> Any:
+    """An Alembic ``Config`` for the packaged migrations; no alembic.ini needed."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_path()))
+    config.attributes["toolsafe_url"] = normalize_url(url)
+    return config
+
+
+def migrate(url: str | URL, revision: str = "head") -> None:
+    """Create or upgrade the schema (``toolsafe migrate``)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)

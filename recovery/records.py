@@ -1,0 +1,113 @@
+"""The store's answers as plain frozen values: a step, an event, a claim, a recorded
+outcome (built from database rows; no session or connection attached)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from sqlalchemy import Row
+
+from adapters.envelope import CommitState
+from recovery.outcomes import Decision
+from recovery.states import StepState
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: int
+    operation_ref: str
+    tool: str
+    input: dict[str, Any]
+    input_hash: str
+    state: StepState
+    commit_state: CommitState | None
+    attempts: int
+    max_attempts: int
+    verification_attempts: int
+    lookups_unavailable: int
+    due_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    last_sent_at: datetime | None
+    last_envelope: dict[str, Any] | None  # the redacted envelope JSON, never raw text
+    fingerprint: str | None
+    fingerprint_repeats: int
+    flagged_fields: tuple[str, ...]
+    approval_input_hash: str | None
+    reason: str | None  # escalation / failure reason code
+    published_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    operation_ref: str
+    at: datetime
+    kind: str  # submitted, claimed, executed, looked_up, lease_expired, noop, ...
+    from_state: StepState | None
+    to_state: StepState | None
+    label: str
+    detail: dict[str, Any]  # redacted: envelope JSON, lookup summary, actor and reason
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A step this worker holds under a lease; ``step`` is the row after the claim."""
+
+    kind: Literal["execute", "verify"]
+    owner: str
+    step: StepRecord
+
+
+@dataclass(frozen=True)
+class Recorded:
+    step: StepRecord
+    decision: Decision
+
+
+def step_record(row: Row[Any]) -> StepRecord:
+    return StepRecord(
+        id=row.id,
+        operation_ref=row.operation_ref,
+        tool=row.tool,
+        input=dict(row.input),
+        input_hash=row.input_hash,
+        state=StepState(row.state),
+        commit_state=cast(CommitState | None, row.commit_state),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        verification_attempts=row.verification_attempts,
+        lookups_unavailable=row.lookups_unavailable,
+        due_at=row.due_at,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        last_sent_at=row.last_sent_at,
+        last_envelope=row.last_envelope,
+        fingerprint=row.fingerprint,
+        fingerprint_repeats=row.fingerprint_repeats,
+        flagged_fields=tuple(row.flagged_fields or ()),
+        approval_input_hash=row.approval_input_hash,
+        reason=row.reason,
+        published_at=row.published_at,
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def event_record(row: Row[Any]) -> EventRecord:
+    return EventRecord(
+        id=row.id,
+        operation_ref=row.operation_ref,
+        at=row.at,
+        kind=row.kind,
+        from_state=None if row.from_state is None else StepState(row.from_state),
+        to_state=None if row.to_state is None else StepState(row.to_state),
+        label=row.label,
+        detail=dict(row.detail),
+    )

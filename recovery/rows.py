@@ -1,0 +1,177 @@
+"""Translation between database rows and the runtime's values: rows to records and
+snapshots, Decisions to column values, outcomes to redacted event details."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final, cast
+
+from sqlalchemy import Row
+
+from adapters.envelope import CommitState, to_wire
+from adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
+from recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
+from recovery.policy import ToolTraits
+from recovery.records import StepRecord
+from recovery.states import TERMINAL, StepState
+
+S = StepState
+
+CLAIMABLE: Final = (S.PENDING.value, S.WAITING_RETRY.value)
+"""States an execution claim starts from (DESIGN §5)."""
+
+# Why a claim for execution did not happen; the ``noop`` event's ``reason``. Together
+# they count the duplicate writes the store prevented.
+NOOP_NOT_DUE: Final = "not_due"
+NOOP_CLAIMED: Final = "claimed"
+NOOP_UNKNOWN_OUTCOME: Final = "unknown_outcome"
+NOOP_TERMINAL: Final = "terminal"
+NOOP_WAITING_ON_HUMAN: Final = "waiting_on_human"
+NOOP_ATTEMPTS_SPENT: Final = "attempts_spent"
+NOOP_MISSING: Final = "missing"
+NOOP_REASONS: Final = (
+    NOOP_NOT_DUE,
+    NOOP_CLAIMED,
+    NOOP_UNKNOWN_OUTCOME,
+    NOOP_TERMINAL,
+    NOOP_WAITING_ON_HUMAN,
+    NOOP_ATTEMPTS_SPENT,
+    NOOP_MISSING,
+)
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def execution_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+    """Why this row may not be claimed for execution now; ``None`` when it may."""
+    if row is None:
+        return NOOP_MISSING
+    state = StepState(row.state)
+    if state in TERMINAL:
+        return NOOP_TERMINAL
+    if state is S.IN_FLIGHT:
+        return NOOP_CLAIMED
+    if state is S.VERIFYING or row.commit_state == "unknown":
+        # `unknown` beats everything: verification first, whatever else the row says.
+        return NOOP_UNKNOWN_OUTCOME
+    if state in (S.NEEDS_INPUT, S.AWAITING_APPROVAL):
+        return NOOP_WAITING_ON_HUMAN
+    if row.attempts >= row.max_attempts:
+        return NOOP_ATTEMPTS_SPENT
+    if row.due_at is None or row.due_at > now:
+        return NOOP_NOT_DUE
+    return None
+
+
+def verification_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+    """Why this row may not be claimed for verification now; ``None`` when it may."""
+    if row is None:
+        return NOOP_MISSING
+    state = StepState(row.state)
+    if state in TERMINAL:
+        return NOOP_TERMINAL
+    if state in (S.NEEDS_INPUT, S.AWAITING_APPROVAL):
+        return NOOP_WAITING_ON_HUMAN
+    if state is not S.VERIFYING:
+        # pending / waiting_retry / in_flight: nothing to verify.
+        return NOOP_CLAIMED if state is S.IN_FLIGHT else NOOP_NOT_DUE
+    if row.lease_expires_at is not None and row.lease_expires_at > now:
+        return NOOP_CLAIMED
+    if row.due_at is None or row.due_at > now:
+        return NOOP_NOT_DUE
+    return None
+
+
+def snapshot(row: Row[Any] | StepRecord, traits: ToolTraits) -> StepSnapshot:
+    """The step as ``decide`` sees it (from a row, or the record a claim returned)."""
+    return StepSnapshot(
+        operation_ref=row.operation_ref,
+        tool=row.tool,
+        traits=traits,
+        state=StepState(row.state),
+        commit_state=cast(CommitState | None, row.commit_state),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        verification_attempts=row.verification_attempts,
+        lookups_unavailable=row.lookups_unavailable,
+        input_hash=row.input_hash,
+        last_sent_at=row.last_sent_at,
+        fingerprint=row.fingerprint,
+        fingerprint_repeats=row.fingerprint_repeats,
+        flagged_fields=tuple(row.flagged_fields or ()),
+        approval_input_hash=row.approval_input_hash,
+        due_at=row.due_at,
+    )
+
+
+def decision_values(decision: Decision) -> dict[str, Any]:
+    """The columns a Decision sets; its ``None`` counters mean "unchanged"."""
+    values: dict[str, Any] = {
+        "state": decision.state.value,
+        "commit_state": decision.commit_state,
+        "due_at": decision.due_at,
+        "reason": decision.reason,
+        "flagged_fields": list(decision.fields),
+        # Whatever the worker held is over: a new lease comes only with a new claim.
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+    optional = {
+        "max_attempts": decision.max_attempts,
+        "verification_attempts": decision.verification_attempts,
+        "lookups_unavailable": decision.lookups_unavailable,
+        "fingerprint": decision.fingerprint,
+        "fingerprint_repeats": decision.fingerprint_repeats,
+        "input_hash": decision.input_hash,
+        "approval_input_hash": decision.approval_input_hash,
+    }
+    values.update({key: value for key, value in optional.items() if value is not None})
+    return values
+
+
+def decision_detail(decision: Decision) -> dict[str, Any]:
+    """What the event records about the Decision (codes, times, field names: no raw text)."""
+    detail: dict[str, Any] = {"action": decision.action}
+    if decision.due_at is not None:
+        detail["due_at"] = iso(decision.due_at)
+    if decision.reason is not None:
+        detail["reason"] = decision.reason
+    if decision.fields:
+        detail["fields"] = list(decision.fields)
+    if decision.evidence_ref is not None:
+        detail["evidence_ref"] = decision.evidence_ref
+    if decision.max_attempts is not None:
+        detail["max_attempts"] = decision.max_attempts
+    if decision.fingerprint is not None:
+        detail["fingerprint"] = decision.fingerprint
+        detail["fingerprint_repeats"] = decision.fingerprint_repeats
+    detail.update(decision.extra)
+    return detail
+
+
+def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
+    """The redacted envelope of an execution, or a summary of a lookup (not its result)."""
+    if isinstance(outcome, Executed):
+        return {"envelope": to_wire(outcome.envelope)}
+    result = outcome.result
+    summary: dict[str, Any] = {"checked_at": iso(result.checked_at)}
+    if isinstance(result, LookupFound):
+        summary["found"] = True
+        if result.evidence_ref is not None:
+            summary["evidence_ref"] = result.evidence_ref
+    elif isinstance(result, LookupNotFound):
+        summary["found"] = False
+    elif isinstance(result, LookupUnavailable):
+        summary["unavailable"] = True
+        summary["code"] = result.code
+    return {"lookup": summary}
+
+
+def json_ready(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Datetimes as ISO-8601 text, so a detail dict can go into a JSON column."""
+    return {
+        key: iso(value) if isinstance(value, datetime) else value for key, value in values.items()
+    }

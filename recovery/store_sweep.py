@@ -1,0 +1,101 @@
+"""The sweeper's statements (R4, R7): expired leases through ``decide``, and due work
+handed out once however many sweepers run at the same time."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, or_, select, text, update
+
+from recovery.decide import decide
+from recovery.outcomes import LeaseExpired
+from recovery.policy import Policy, ToolTraits
+from recovery.rows import decision_detail, decision_values, iso, snapshot
+from recovery.schema import LEASED_STATE_PREDICATE, WORK_STATE_PREDICATE, steps
+from recovery.store_ops import Decided, append_event, cas_update
+
+
+def expire_leases(
+    conn: Connection,
+    *,
+    now: datetime,
+    traits_for: Callable[[str], ToolTraits],
+    policy_for: Callable[[str], Policy],
+    limit: int,
+    rng: random.Random,
+) -> list[Decided]:
+    """Expired leases through ``decide`` (R4): in_flight → verifying (or what the tool's
+    traits allow), an abandoned verification due again."""
+    query = (
+        select(steps)
+        .where(text(LEASED_STATE_PREDICATE), steps.c.lease_expires_at <= now)
+        .order_by(steps.c.lease_expires_at)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    decided: list[Decided] = []
+    for current in conn.execute(query).all():
+        decision = decide(
+            snapshot(current, traits_for(current.tool)),
+            LeaseExpired(),
+            now,
+            policy_for(current.tool),
+            rng,
+        )
+        row = cas_update(conn, current, decision_values(decision), now)
+        if row is None:
+            continue  # someone else moved it first: theirs
+        append_event(
+            conn,
+            step_id=row.id,
+            operation_ref=row.operation_ref,
+            at=now,
+            kind="lease_expired",
+            from_state=current.state,
+            to_state=row.state,
+            label=decision.label,
+            detail={
+                "owner": current.lease_owner,
+                "lease_expires_at": iso(current.lease_expires_at),
+                **decision_detail(decision),
+            },
+        )
+        decided.append((row, decision))
+    return decided
+
+
+def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -> list[Row[Any]]:
+    """Due, unleased work not published since ``cutoff``, marked published at ``now``.
+
+    One ``WITH due AS (SELECT … [FOR UPDATE SKIP LOCKED]) UPDATE … WHERE id IN due AND
+    <the same guard>``:
+    the outer guard is a compare-and-set on ``published_at``, so two sweepers never both
+    return a step, with or without ``SKIP LOCKED`` (the SQLite fallback).
+    """
+    guard = and_(
+        text(WORK_STATE_PREDICATE),
+        steps.c.due_at <= now,
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+        or_(steps.c.published_at.is_(None), steps.c.published_at <= cutoff),
+    )
+    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at).limit(limit)
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        candidates = candidates.with_for_update(skip_locked=True)
+    chosen = candidates.cte("due_candidates")
+    if postgres:
+        # Evaluated once: as a plain IN (subquery) PostgreSQL may rescan it per row,
+        # and rows this statement already updated then drop out of the locked LIMIT.
+        chosen = chosen.prefix_with("MATERIALIZED")
+    statement = (
+        update(steps)
+        .where(steps.c.id.in_(select(chosen.c.id)), guard)
+        .values(published_at=now)
+        .returning(*steps.c)
+    )
+    rows = conn.execute(statement).all()
+    return sorted(rows, key=lambda row: (row.due_at, row.id))

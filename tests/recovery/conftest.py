@@ -1,0 +1,82 @@
+"""Store fixtures: one migrated PostgreSQL database for the store tests (emptied before
+each test) and a migrated SQLite file copied per test."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, delete
+
+from recovery.db import make_engine, migrate, normalize_url
+from recovery.schema import step_events, steps
+from recovery.store import StepStore
+
+
+@pytest.fixture(scope="session")
+def store_pg_url(pg_url: str) -> Iterator[str]:
+    """A database of its own, so emptying it never disturbs other tests' data."""
+    base = normalize_url(pg_url)
+    name = f"{base.database}_store"
+    admin = base.set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = base.set(database=name).render_as_string(hide_password=False)
+    migrate(url)
+    yield url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def store_pg_engine(store_pg_url: str) -> Iterator[Engine]:
+    engine = make_engine(store_pg_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "template.db"
+    migrate(f"sqlite:///{path}")
+    return path
+
+
+def empty(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(delete(step_events))
+        conn.execute(delete(steps))
+
+
+@pytest.fixture
+def pg_store(store_pg_engine: Engine) -> StepStore:
+    empty(store_pg_engine)
+    return StepStore(store_pg_engine)
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "steps.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def sqlite_store(sqlite_url: str) -> Iterator[StepStore]:
+    engine = make_engine(sqlite_url)
+    yield StepStore(engine)
+    engine.dispose()
+
+
+@pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
+def store(request: pytest.FixtureRequest) -> StepStore:
+    """The store on each backend."""
+    name = "pg_store" if request.param == "postgresql" else "sqlite_store"
+    found: StepStore = request.getfixturevalue(name)
+    return found

@@ -1,0 +1,172 @@
+"""Engines and durability: URLs, SQLite's settings, the infrastructure retry on a
+dropped connection, fork safety, timezone-aware times, persistence across a restart."""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
+
+from recovery.db import make_engine, normalize_url, with_db_retry
+from recovery.outcomes import Executed
+from recovery.states import StepState
+from recovery.store import StepStore
+from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, force, retry_later
+
+S = StepState
+
+
+@pytest.mark.parametrize(
+    ("given", "driver"),
+    [
+        ("postgresql://u@h/db", "postgresql+psycopg"),
+        ("postgres://u@h/db", "postgresql+psycopg"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg"),
+        ("sqlite:///x.db", "sqlite"),
+    ],
+)
+def test_normalize_url_means_psycopg_3(given: str, driver: str) -> None:
+    assert normalize_url(given).drivername == driver
+
+
+def test_sqlite_runs_in_wal_mode_with_immediate_writes(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        # A write transaction holds the write lock from BEGIN: a second writer waits
+        # (here: gives up at once) instead of failing halfway through its work.
+        impatient = make_engine(sqlite_url, connect_args={"timeout": 0})
+        with (
+            engine.begin(),
+            impatient.connect() as other,
+            pytest.raises(DBAPIError, match="locked"),
+        ):
+            other.exec_driver_sql("BEGIN IMMEDIATE")
+        impatient.dispose()
+    finally:
+        engine.dispose()
+
+
+def test_database_constraints_hold_the_vocabulary(store: StepStore) -> None:
+    store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    with pytest.raises(IntegrityError):
+        force(store, "r1", state="paused")
+    with pytest.raises(IntegrityError):
+        force(store, "r1", commit_state="probably")
+    with pytest.raises(IntegrityError):
+        force(store, "r1", attempts=POLICY.retry.max_attempts + 1)
+
+
+def test_naive_datetimes_are_refused(store: StepStore) -> None:
+    with pytest.raises(StatementError, match="aware"):
+        store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=datetime(2026, 1, 1))
+
+
+def test_times_come_back_aware_in_utc(store: StepStore) -> None:
+    from zoneinfo import ZoneInfo
+
+    local = T0.astimezone(ZoneInfo("Asia/Shanghai"))
+    step, _ = store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=local)
+    stored = store.get("r1")
+    assert stored.due_at == T0 and stored.created_at.utcoffset() == timedelta(0)
+    assert step.created_at == stored.created_at
+
+
+def _persist_and_reopen(store: StepStore, reopen: str) -> None:
+    claim = store.claim_execution("r1", "worker-1", LEASE, T0)
+    assert claim is not None
+    later = T0 + timedelta(minutes=7)
+    store.record(
+        claim,
+        Executed(retry_later("r1", later, remaining=2)),
+        traits=WRITE,
+        policy=POLICY,
+        now=T0,
+        rng=random.Random(1),
+    )
+    before, events = store.get("r1"), store.events("r1")
+    store.engine.dispose()
+    engine = make_engine(reopen)
+    try:
+        again = StepStore(engine)
+        assert again.get("r1") == before and again.events("r1") == events
+        assert (before.attempts, before.max_attempts, before.due_at) == (1, 3, later)
+        assert before.fingerprint is not None
+        assert again.claim_execution("r1", "worker-2", LEASE, later) is not None
+    finally:
+        engine.dispose()
+
+
+def test_counts_and_deadlines_survive_a_restart_sqlite(sqlite_url: str) -> None:
+    store = StepStore(make_engine(sqlite_url))
+    store.create_step("create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
+    _persist_and_reopen(store, sqlite_url)
+
+
+@pytest.mark.postgres
+def test_counts_and_deadlines_survive_a_restart_postgresql(
+    pg_store: StepStore, store_pg_url: str
+) -> None:
+    store = StepStore(make_engine(store_pg_url))
+    store.create_step("create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
+    _persist_and_reopen(store, store_pg_url)
+
+
+@pytest.mark.postgres
+def test_a_dropped_connection_is_retried_as_infrastructure(store_pg_engine: Engine) -> None:
+    calls: list[int] = []
+
+    def operation() -> int:
+        with store_pg_engine.begin() as conn:
+            calls.append(1)
+            if len(calls) == 1:
+                # The server ends this very session, as a PostgreSQL restart would.
+                conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+            return int(conn.execute(text("SELECT 41 + 1")).scalar_one())
+
+    assert with_db_retry(operation, sleep=lambda _: None) == 42
+    assert len(calls) == 2
+
+
+@pytest.mark.postgres
+def test_other_database_errors_are_not_retried(store_pg_engine: Engine) -> None:
+    calls: list[int] = []
+
+    def operation() -> None:
+        calls.append(1)
+        with store_pg_engine.begin() as conn:
+            conn.execute(text("SELECT 1 / 0"))
+
+    with pytest.raises(DBAPIError, match="division by zero"):
+        with_db_retry(operation, sleep=lambda _: None)
+    assert len(calls) == 1
+
+
+@pytest.mark.postgres
+def test_a_forked_child_gets_its_own_connections(store_pg_url: str) -> None:
+    engine = make_engine(store_pg_url)
+    try:
+        with engine.connect() as conn:
+            parent_pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                with engine.connect() as conn:
+                    child_pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                code = 0 if child_pid != parent_pid else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        with engine.connect() as conn:  # the parent's pooled connection still works
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == parent_pid
+    finally:
+        engine.dispose()
