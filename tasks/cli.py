@@ -1,11 +1,26 @@
-"""The ``toolsafe`` command line."""
+"""The ``toolsafe`` command line.
+
+Exit codes: 0 done, 1 refused or not found (the message says why), 2 bad usage or
+settings, 3 the database or broker cannot be reached.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
 from collections.abc import Sequence
+
+from adapters.errors import ToolsafeError
+from recovery.states import StepState
+from tasks import cli_ops
+from tasks.settings import SettingsError
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
 
 
 def _schema(_: argparse.Namespace) -> int:
@@ -15,17 +30,145 @@ def _schema(_: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from celeryconfig import QUEUES
+    from tasks.app import default_app
+
+    extra = [item for item in args.celery_args if item != "--"]
+    argv = ["worker", "-Q", ",".join(QUEUES), *extra]
+    default_app().worker_main(argv)
+    return 0
+
+
+def _beat(args: argparse.Namespace) -> int:
+    from tasks.app import default_app
+
+    extra = [item for item in args.celery_args if item != "--"]
+    default_app().start(["beat", *extra])
+    return 0
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from recovery.db import migrate
+    from tasks.settings import Settings
+
+    settings = Settings.from_env()
+    migrate(settings.database_url)
+    sys.stdout.write("schema is up to date\n")
+    return 0
+
+
+def _operator() -> str:
+    return os.environ.get("TOOLSAFE_OPERATOR") or getpass.getuser()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolsafe", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
     schema = commands.add_parser("schema", help="print the envelope's JSON Schema")
     schema.set_defaults(handler=_schema)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run a Celery worker on every toolsafe queue (extra args go to celery worker)",
+    )
+    # Everything toolsafe does not know goes to celery (see main()).
+    worker.set_defaults(handler=_worker, passthrough=True)
+
+    beat = commands.add_parser("beat", help="run Celery beat, which schedules the sweeper")
+    beat.set_defaults(handler=_beat, passthrough=True)
+
+    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    migrate.set_defaults(handler=_migrate)
+
+    steps = commands.add_parser("steps", help="list and show steps").add_subparsers(
+        dest="steps_command", required=True
+    )
+    listing = steps.add_parser("list", help="list steps, newest first")
+    listing.add_argument("--state", action="append", choices=[state.value for state in StepState])
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cli_ops.steps_list)
+    show = steps.add_parser("show", help="a step with its envelope and events")
+    show.add_argument("ref", metavar="REF")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=cli_ops.steps_show)
+
+    escalations = commands.add_parser(
+        "escalations", help="list, resolve or re-drive escalated steps"
+    ).add_subparsers(dest="escalations_command", required=True)
+    esc_list = escalations.add_parser("list", help="escalated steps")
+    esc_list.add_argument("--limit", type=int, default=100)
+    esc_list.add_argument("--json", action="store_true")
+    esc_list.set_defaults(handler=cli_ops.escalations_list)
+    resolve = escalations.add_parser("resolve", help="close an escalated step")
+    resolve.add_argument("ref", metavar="REF")
+    resolve.add_argument("--to", required=True, choices=["succeeded", "failed"])
+    resolve.add_argument("--reason", required=True)
+    resolve.add_argument("--operator", default=None)
+    resolve.add_argument("--json", action="store_true")
+    resolve.set_defaults(handler=cli_ops.escalations_resolve)
+    redrive = escalations.add_parser("redrive", help="run an escalated step again")
+    redrive.add_argument("ref", metavar="REF")
+    redrive.add_argument("--reason", required=True)
+    redrive.add_argument("--operator", default=None)
+    redrive.add_argument("--json", action="store_true")
+    redrive.set_defaults(handler=cli_ops.escalations_redrive)
+
+    for name, handler, help_text in (
+        ("approve", cli_ops.approve, "approve a step waiting for approval"),
+        ("reject", cli_ops.reject, "reject a step waiting for approval (it fails)"),
+    ):
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("ref", metavar="REF")
+        command.add_argument("--approver", default=None)
+        command.add_argument("--reason", required=True)
+        command.add_argument("--json", action="store_true")
+        command.set_defaults(handler=handler)
+
+    cancel = commands.add_parser("cancel", help="cancel a waiting step")
+    cancel.add_argument("ref", metavar="REF")
+    cancel.add_argument("--reason", required=True)
+    cancel.add_argument("--operator", default=None)
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(handler=cli_ops.cancel)
+
+    from tasks import demo
+
+    demo.add_parser(commands)
+
+    from tasks import chaos_cli
+
+    chaos_cli.add_commands(commands)
     return parser
 
 
+def _fail(code: int, message: str) -> int:
+    sys.stderr.write(f"toolsafe: error: {message}\n")
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    code: int = args.handler(args)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.celery_args = extra
+    for actor in ("operator", "approver"):
+        if hasattr(args, actor) and getattr(args, actor) is None:
+            setattr(args, actor, _operator())
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        code: int = args.handler(args)
+    except SettingsError as error:
+        return _fail(EXIT_USAGE, str(error))
+    except ToolsafeError as error:
+        return _fail(EXIT_REFUSED, str(error))
+    except OperationalError as error:
+        # The driver's message names host and port, not the password.
+        return _fail(EXIT_UNREACHABLE, f"the database cannot be reached: {error.orig}")
     return code
 
 

@@ -1,0 +1,137 @@
+"""The Celery configuration that follows from toolsafe's durability rules (DESIGN §4, §8).
+
+``build_config(settings)`` returns a plain dict for ``app.conf.update``; it reads no
+environment itself, so two apps with different settings can live in one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kombu.entity import Queue
+
+from tasks.settings import Settings, SettingsError
+
+EXECUTE_QUEUE: Final = "toolsafe.execute"
+VERIFY_QUEUE: Final = "toolsafe.verify"
+ESCALATION_QUEUE: Final = "toolsafe.escalations"
+SWEEP_QUEUE: Final = "toolsafe.sweep"
+QUEUES: Final = (EXECUTE_QUEUE, VERIFY_QUEUE, ESCALATION_QUEUE, SWEEP_QUEUE)
+
+EXECUTE_TASK: Final = "toolsafe.execute"
+VERIFY_TASK: Final = "toolsafe.verify"
+ESCALATE_TASK: Final = "toolsafe.escalate"
+SWEEP_TASK: Final = "toolsafe.sweep"
+
+ROUTES: Final = {
+    EXECUTE_TASK: {"queue": EXECUTE_QUEUE},
+    VERIFY_TASK: {"queue": VERIFY_QUEUE},
+    ESCALATE_TASK: {"queue": ESCALATION_QUEUE},
+    SWEEP_TASK: {"queue": SWEEP_QUEUE},
+}
+
+
+def task_limits(settings: Settings) -> dict[str, tuple[float, float]]:
+    """(soft, hard) time limit of every task, in seconds."""
+    call = (settings.task_soft_time_limit, settings.task_time_limit)
+    notify = settings.escalation_webhook_timeout * 2 + 5
+    sweep = max(settings.sweep_interval * 4, 30.0)
+    return {
+        EXECUTE_TASK: call,
+        VERIFY_TASK: call,
+        ESCALATE_TASK: (notify, notify + 5),
+        SWEEP_TASK: (sweep, sweep + 5),
+    }
+
+
+def check_visibility(settings: Settings) -> None:
+    """The broker must not redeliver a message that a worker holds on purpose: every
+    hard time limit and every ETA we publish stays well under ``visibility_timeout``."""
+    longest_limit = max(hard for _, hard in task_limits(settings).values())
+    needed = 2 * (settings.max_eta + settings.eta_jitter + longest_limit)
+    if settings.visibility_timeout < needed:
+        raise SettingsError(
+            "TOOLSAFE_VISIBILITY_TIMEOUT",
+            f"must be at least {needed:g}s (twice the longest ETA plus the longest task "
+            f"time limit), got {settings.visibility_timeout:g}s",
+        )
+
+
+def filesystem_transport_options(broker_url: str) -> dict[str, Any]:
+    """Folders for Celery's file-system transport, the broker of the embedded demo:
+    ``filesystem:///tmp/demo/broker`` keeps queues under that folder, and every process
+    given the same URL shares them (no server needed). Other URLs need nothing."""
+    prefix = "filesystem://"
+    if not broker_url.startswith(prefix):
+        return {}
+    folder = broker_url[len(prefix) :].rstrip("/")
+    if not folder.startswith("/"):
+        raise SettingsError(
+            "TOOLSAFE_BROKER_URL",
+            "a filesystem:// broker needs an absolute folder, e.g. filesystem:///tmp/broker",
+        )
+    queue = f"{folder}/queue"
+    return {
+        "data_folder_in": queue,
+        "data_folder_out": queue,
+        "control_folder": f"{folder}/control",
+        "processed_folder": f"{folder}/processed",
+        # The transport polls its folder; kombu's default of 1 s would add a second to
+        # every hop of a step.
+        "polling_interval": 0.1,
+    }
+
+
+def build_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings for one app; raises ``SettingsError`` on an unsafe combination."""
+    check_visibility(settings)
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
+    transport.update(filesystem_transport_options(settings.broker_url))
+    fs_broker = settings.broker_url.startswith("filesystem://")
+    return {
+        # kombu's own file-system transport can hand out half-written messages.
+        "broker_transport": "tasks.demo_broker:Transport" if fs_broker else None,
+        "broker_url": settings.broker_url,
+        "result_backend": settings.result_backend,
+        "broker_transport_options": dict(transport),
+        "result_backend_transport_options": dict(transport),
+        "broker_connection_retry_on_startup": True,
+        # A task's message is acknowledged after it ran, and given back when the worker
+        # process dies: a lost worker means a redelivery, never a lost hint (R1 copes).
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # On a broker connection loss a running task can no longer be acknowledged and
+        # its message comes back; Celery 6's default cancels it. The step it held stays
+        # in_flight and is verified when its lease expires (R4), so this is safe.
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_eta_task_limit": settings.worker_eta_task_limit,
+        # Flower needs both.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_time_limit": settings.task_time_limit,
+        "task_soft_time_limit": settings.task_soft_time_limit,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "timezone": "UTC",
+        "enable_utc": True,
+        "task_queues": tuple(Queue(name, routing_key=name) for name in QUEUES),  # type: ignore[no-untyped-call]
+        "task_default_queue": EXECUTE_QUEUE,
+        "task_routes": dict(ROUTES),
+        "task_create_missing_queues": False,
+        "worker_hijack_root_logger": True,
+        "beat_schedule": {
+            "toolsafe-sweep": {
+                "task": SWEEP_TASK,
+                "schedule": settings.sweep_interval,
+                # A sweep that waited this long is superseded by later ones (and a stale
+                # sweep would be harmless anyway: it only re-reads the database).
+                "options": {
+                    "queue": SWEEP_QUEUE,
+                    "expires": max(settings.sweep_interval * 2, 60.0),
+                },
+            }
+        },
+    }

@@ -1,0 +1,177 @@
+"""The Celery app factory, the four tasks, and the publisher of follow-up hints.
+
+``create_app(settings)`` builds an independent app (tests build several in one
+process); ``default_app()`` is the one ``celery -A tasks`` finds, built from the
+environment on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Celery
+from celery.signals import after_setup_logger, worker_init, worker_process_init
+
+from adapters.errors import ToolsafeError
+from celeryconfig import (
+    ESCALATE_TASK,
+    EXECUTE_TASK,
+    SWEEP_TASK,
+    VERIFY_TASK,
+    build_config,
+    task_limits,
+)
+from tasks import pipeline
+from tasks.escalation import Handler, load_handlers
+from tasks.logs import JsonFormatter
+from tasks.runtime import Runtime, reset_after_fork
+from tasks.settings import Settings
+
+
+class Publisher:
+    """Publishes hints; an ETA only below ``max_eta`` (R6), jittered so retries spread."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        # Seeded by the OS on every call: forked workers must not jitter in lockstep.
+        self._rng: random.Random = random.SystemRandom()
+
+    def eta_for(self, due_at: datetime | None, now: datetime) -> tuple[bool, datetime | None]:
+        """(publish now?, eta): due → no ETA; within the bound → ETA; beyond → sweeper."""
+        if due_at is None or due_at <= now:
+            return True, None
+        wait = (due_at - now).total_seconds()
+        if wait > self.settings.max_eta:
+            return False, None
+        jitter = self._rng.uniform(0, self.settings.eta_jitter)
+        jitter = min(jitter, self.settings.max_eta - wait)
+        return True, due_at + timedelta(seconds=jitter)
+
+    def _send(self, task: str, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+        publish, eta = self.eta_for(due_at, now)
+        if publish:
+            self.app.send_task(task, args=(operation_ref,), eta=eta)
+        return publish
+
+    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+        return self._send(EXECUTE_TASK, operation_ref, due_at, now)
+
+    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+        return self._send(VERIFY_TASK, operation_ref, due_at, now)
+
+    def escalation(self, operation_ref: str) -> None:
+        self.app.send_task(ESCALATE_TASK, args=(operation_ref,))
+
+
+class ToolsafeApp(Celery):  # type: ignore[misc]
+    """A Celery app that knows its toolsafe runtime and publisher."""
+
+    runtime: Runtime
+    publisher: Publisher
+
+    def __init__(self, settings: Settings, main: str = "toolsafe") -> None:
+        super().__init__(main, set_as_current=False)
+        self.conf.update(build_config(settings))
+        self.runtime = Runtime(settings)
+        self.publisher = Publisher(self, settings)
+        self._handlers: list[tuple[str, Handler]] | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.runtime.settings
+
+    def escalation_handlers(self) -> list[tuple[str, Handler]]:
+        if self._handlers is None:
+            self._handlers = load_handlers(self.settings)
+        return self._handlers
+
+
+def _register_tasks(app: ToolsafeApp) -> None:
+    limits = task_limits(app.settings)
+    runtime = app.runtime
+    publisher = app.publisher
+
+    def options(name: str) -> dict[str, Any]:
+        soft, hard = limits[name]
+        return {
+            "name": name,
+            "shared": False,
+            "acks_late": True,
+            "reject_on_worker_lost": True,
+            "ignore_result": True,
+            "soft_time_limit": soft,
+            "time_limit": hard,
+        }
+
+    @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]
+    def execute(operation_ref: str) -> str:
+        return pipeline.execute(runtime, publisher, operation_ref)
+
+    @app.task(**options(VERIFY_TASK))  # type: ignore[untyped-decorator]
+    def verify(operation_ref: str) -> str:
+        return pipeline.verify(runtime, publisher, operation_ref)
+
+    @app.task(**options(ESCALATE_TASK))  # type: ignore[untyped-decorator]
+    def escalate(operation_ref: str) -> str:
+        return pipeline.escalate(runtime, app.escalation_handlers(), operation_ref)
+
+    @app.task(**options(SWEEP_TASK))  # type: ignore[untyped-decorator]
+    def sweep() -> dict[str, int]:
+        return pipeline.sweep(runtime, publisher)
+
+
+def create_app(settings: Settings | None = None, main: str = "toolsafe") -> ToolsafeApp:
+    """A new app with its own settings, runtime and tasks."""
+    app = ToolsafeApp(settings if settings is not None else Settings.from_env(), main)
+    _register_tasks(app)
+    # Workers serve the article's counts on /metrics when TOOLSAFE_METRICS_PORT is set.
+    from tasks import metrics
+
+    metrics.install(app)
+    if app.settings.log_json:
+        after_setup_logger.connect(_json_logs, weak=False)
+
+    def check_before_start(sender: Any = None, **_: Any) -> None:
+        # Fail at start, not at the first task: adapters and handlers must import.
+        if getattr(sender, "app", None) is not app:
+            return
+        try:
+            app.runtime.registry  # noqa: B018 - loading is the check
+            app.escalation_handlers()
+        except ToolsafeError as error:
+            # Celery logs and swallows a receiver's Exception; SystemExit stops the worker.
+            raise SystemExit(f"toolsafe: cannot start the worker: {error}") from error
+
+    worker_init.connect(check_before_start, weak=False, dispatch_uid=f"toolsafe-check-{id(app)}")
+    return app
+
+
+_default: ToolsafeApp | None = None
+_default_lock = threading.Lock()
+
+
+def default_app() -> ToolsafeApp:
+    """The app built from the environment, on first use (``celery -A tasks``)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = create_app()
+            _default.set_current()
+        return _default
+
+
+def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        handler.setFormatter(JsonFormatter())
+
+
+@worker_process_init.connect(weak=False)  # type: ignore[untyped-decorator]
+def _after_fork(**_: Any) -> None:
+    # Each prefork child opens its own database engine (DESIGN §8).
+    reset_after_fork()

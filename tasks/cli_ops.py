@@ -1,0 +1,120 @@
+"""Operator commands of the ``toolsafe`` CLI: steps, escalations, approvals.
+
+Each handler prints plain text (or JSON with ``--json``) and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from recovery.states import StepState
+from recovery.store import StepRecord
+from tasks.views import StepView, build_view
+
+
+def _client() -> Any:
+    from tasks.client import Client
+
+    return Client()
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _table(steps: Sequence[StepRecord]) -> None:
+    header = f"{'operation_ref':<40} {'tool':<18} {'state':<18} {'att':>5}  {'reason':<22} due_at"
+    sys.stdout.write(header + "\n")
+    for step in steps:
+        due = step.due_at.isoformat(timespec="seconds") if step.due_at else "-"
+        attempts = f"{step.attempts}/{step.max_attempts}"
+        sys.stdout.write(
+            f"{step.operation_ref:<40} {step.tool:<18} {step.state!s:<18} {attempts:>5}  "
+            f"{step.reason or '-':<22} {due}\n"
+        )
+
+
+def steps_list(args: argparse.Namespace) -> int:
+    states = [StepState(value) for value in args.state] if args.state else None
+    steps = _client().runtime.store.list_steps(states, args.limit)
+    if args.json:
+        _print_json([build_view(step).as_dict() for step in steps])
+    else:
+        _table(steps)
+    return 0
+
+
+def _show(view: StepView) -> None:
+    lines = [
+        f"operation_ref  {view.operation_ref}",
+        f"tool           {view.tool}",
+        f"state          {view.state} ({view.ui_group})",
+        f"commit_state   {view.commit_state or '-'}",
+        f"attempts       {view.attempts}/{view.max_attempts}",
+        f"due_at         {view.due_at.isoformat() if view.due_at else '-'}",
+        f"reason         {view.reason or '-'}",
+        f"fields         {', '.join(view.fields) or '-'}",
+        f"text           {view.text}",
+        "envelope",
+    ]
+    envelope = json.dumps(view.envelope, indent=2, sort_keys=True) if view.envelope else "-"
+    lines.extend("  " + line for line in envelope.splitlines())
+    lines.append("events")
+    for entry in view.history:
+        move = f"{entry.from_state or '-'} → {entry.to_state or '-'}"
+        detail = " ".join(f"{key}={value}" for key, value in sorted(entry.detail.items()))
+        lines.append(
+            f"  {entry.at.isoformat(timespec='milliseconds')}  {entry.kind:<14} {move:<32} "
+            f"{entry.label}  {detail}".rstrip()
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def steps_show(args: argparse.Namespace) -> int:
+    view = _client().view(args.ref)
+    if args.json:
+        _print_json(view.as_dict())
+    else:
+        _show(view)
+    return 0
+
+
+def escalations_list(args: argparse.Namespace) -> int:
+    steps = _client().runtime.store.list_steps([StepState.ESCALATED], args.limit)
+    if args.json:
+        _print_json([build_view(step).as_dict() for step in steps])
+    else:
+        _table(steps)
+    return 0
+
+
+def _done(view: StepView, args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        _print_json(view.as_dict())
+    else:
+        sys.stdout.write(f"{view.operation_ref}: {view.state} ({view.ui_group})\n")
+    return 0
+
+
+def escalations_resolve(args: argparse.Namespace) -> int:
+    return _done(_client().resolve(args.ref, args.to, args.operator, args.reason), args)
+
+
+def escalations_redrive(args: argparse.Namespace) -> int:
+    return _done(_client().redrive(args.ref, args.operator, args.reason), args)
+
+
+def approve(args: argparse.Namespace) -> int:
+    return _done(_client().approve(args.ref, args.approver, args.reason), args)
+
+
+def reject(args: argparse.Namespace) -> int:
+    return _done(_client().reject(args.ref, args.approver, args.reason), args)
+
+
+def cancel(args: argparse.Namespace) -> int:
+    return _done(_client().cancel(args.ref, args.reason, by=args.operator), args)

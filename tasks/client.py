@@ -1,0 +1,217 @@
+"""The Python client for agent services and operators.
+
+``submit`` commits the step first and publishes after (R2); every other call goes
+through the store's guarded transitions and then publishes what the Decision asks for.
+Views carry only what the model may see (``tasks.views``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.errors import ToolsafeError
+from adapters.protocol import FieldError
+from recovery.outcomes import TransitionRefused
+from recovery.states import StepState
+from recovery.store import Recorded, StepRecord
+from tasks import pipeline
+from tasks.app import ToolsafeApp, create_app, default_app
+from tasks.runtime import utcnow
+from tasks.settings import Settings
+from tasks.views import StepView, build_view
+
+
+class InvalidInput(ToolsafeError, ValueError):
+    """The input fails the adapter's validation; nothing was stored or sent."""
+
+    def __init__(self, tool: str, errors: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(tool, errors)
+        self.tool = tool
+        self.errors = errors
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{field} ({code})" for field, code in self.errors)
+        return f"invalid input for {self.tool}: {shown}"
+
+
+class WaitTimeout(ToolsafeError, TimeoutError):
+    """The step did not reach a state that needs the agent in time."""
+
+    def __init__(self, operation_ref: str, state: str, timeout: float) -> None:
+        super().__init__(operation_ref, state, timeout)
+        self.operation_ref = operation_ref
+        self.state = state
+        self.timeout = timeout
+
+    def __str__(self) -> str:
+        return (
+            f"step {self.operation_ref} is still {self.state} after {self.timeout:g}s; "
+            "call wait() again or view() it"
+        )
+
+
+def _errors(found: list[FieldError]) -> tuple[tuple[str, str], ...]:
+    return tuple((error.field, error.code) for error in found)
+
+
+class Client:
+    """Submit tool calls and follow them; operators approve, reject, resolve, re-drive."""
+
+    def __init__(self, app: ToolsafeApp | None = None) -> None:
+        self.app = app if app is not None else default_app()
+        self.runtime = self.app.runtime
+
+    def close(self) -> None:
+        """Release the database and broker connections this client opened."""
+        self.runtime.close()
+        self.app.close()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Client:
+        return cls(create_app(settings))
+
+    # ------------------------------------------------------------------ agent service
+
+    def submit(
+        self, tool: str, input: Mapping[str, Any], operation_ref: str | None = None
+    ) -> StepView:
+        """Commit the step, then publish it; the same operation_ref returns the same step.
+
+        Raises ``UnknownToolError``, ``InvalidInput`` or ``OperationRefConflict``.
+        """
+        runtime = self.runtime
+        adapter = runtime.adapter(tool)
+        problems = adapter.validate(input)
+        if problems:
+            raise InvalidInput(tool, _errors(problems))
+        now = utcnow()
+        step, created = runtime.store.create_step(
+            tool,
+            input,
+            operation_ref=operation_ref,
+            policy=runtime.policy_for(tool),
+            now=now,
+        )
+        if created or (step.published_at is None and step.state is StepState.PENDING):
+            # Committed first (R2): if this publish is lost, the sweeper publishes it.
+            self.app.publisher.execute(step.operation_ref, None, now)
+            runtime.store.mark_published(step.operation_ref, utcnow())
+        if created:
+            # Nothing happened to a new step yet: no need to read it back.
+            return build_view(step, runtime.store.events(step.operation_ref)[:1])
+        return self.view(step.operation_ref)
+
+    def view(self, operation_ref: str) -> StepView:
+        store = self.runtime.store
+        return build_view(store.get(operation_ref), store.events(operation_ref))
+
+    def state(self, operation_ref: str) -> StepRecord:
+        """The stored step (for operators' tools; agents use ``view``)."""
+        return self.runtime.store.get(operation_ref)
+
+    def wait(self, operation_ref: str, timeout: float = 30.0, poll: float = 0.05) -> StepView:
+        """Until the step needs the agent (input, approval) or is terminal."""
+        deadline = time.monotonic() + timeout
+        store = self.runtime.store
+        interval = poll
+        while True:
+            step = store.get(operation_ref)
+            if build_view(step).needs_agent:
+                return self.view(operation_ref)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(operation_ref, str(step.state), timeout)
+            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            interval = min(interval * 1.5, 1.0)
+
+    def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
+        """Corrected input for a step in ``needs_input``, under the same operation_ref.
+
+        Raises ``TransitionRefused`` for identical input, an unchanged flagged field
+        or input that fails validation.
+        """
+        runtime = self.runtime
+        step = runtime.store.get(operation_ref)
+        adapter = runtime.adapter(step.tool)
+        recorded = runtime.store.provide_input(
+            operation_ref,
+            new_input,
+            validate=adapter.validate,
+            traits=runtime.traits_for(step.tool),
+            policy=runtime.policy_for(step.tool),
+            now=utcnow(),
+        )
+        return self._after(recorded)
+
+    def cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
+        step = self.runtime.store.get(operation_ref)
+        recorded = self.runtime.store.cancel(
+            operation_ref, by=by, reason=reason, now=utcnow(), **self._rules(step)
+        )
+        return self._after(recorded)
+
+    # ------------------------------------------------------------------ operators
+
+    def approve(self, operation_ref: str, approver: str, reason: str) -> StepView:
+        step = self.runtime.store.get(operation_ref)
+        recorded = self.runtime.store.approve(
+            operation_ref,
+            approver=approver,
+            reason=reason,
+            input_hash=step.input_hash,
+            now=utcnow(),
+            **self._rules(step),
+        )
+        return self._after(recorded)
+
+    def reject(self, operation_ref: str, approver: str, reason: str) -> StepView:
+        step = self.runtime.store.get(operation_ref)
+        recorded = self.runtime.store.reject(
+            operation_ref, approver=approver, reason=reason, now=utcnow(), **self._rules(step)
+        )
+        return self._after(recorded)
+
+    def resolve(
+        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+    ) -> StepView:
+        """Close an escalated step as succeeded or failed, with a recorded reason."""
+        target = StepState(to)
+        if target not in (StepState.SUCCEEDED, StepState.FAILED):
+            raise TransitionRefused(
+                "BAD_RESOLUTION", f"resolve to succeeded or failed, not {target}; use redrive"
+            )
+        return self._resolve(operation_ref, target, operator, reason)
+
+    def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
+        """Send an escalated step back to ``pending`` (same operation_ref)."""
+        return self._resolve(operation_ref, StepState.PENDING, operator, reason)
+
+    def list(self, states: list[StepState] | None = None, limit: int = 100) -> list[StepView]:
+        return [build_view(step) for step in self.runtime.store.list_steps(states, limit)]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _resolve(self, operation_ref: str, to: StepState, operator: str, reason: str) -> StepView:
+        if not reason.strip():
+            raise TransitionRefused("REASON_REQUIRED", "an operator resolution needs a reason")
+        step = self.runtime.store.get(operation_ref)
+        recorded = self.runtime.store.resolve(
+            operation_ref,
+            operator=operator,
+            reason=reason,
+            to=to,
+            now=utcnow(),
+            **self._rules(step),
+        )
+        return self._after(recorded)
+
+    def _rules(self, step: StepRecord) -> dict[str, Any]:
+        return {
+            "traits": self.runtime.traits_for(step.tool),
+            "policy": self.runtime.policy_for(step.tool),
+        }
+
+    def _after(self, recorded: Recorded) -> StepView:
+        pipeline.carry_out(self.runtime, self.app.publisher, recorded, utcnow(), inject=False)
+        return self.view(recorded.step.operation_ref)

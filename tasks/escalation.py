@@ -1,0 +1,148 @@
+"""Escalation handlers: who hears about a dead-lettered step (R9).
+
+The durable record is the step row in state ``escalated``; these handlers only carry a
+notification. A log line always; a webhook when configured; user handlers named by
+import path in ``TOOLSAFE_ESCALATION_HANDLERS`` (``package.module:function``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from recovery.store import EventRecord, StepRecord
+from tasks.settings import Settings, SettingsError
+from tasks.views import HistoryEntry, history, safe_envelope
+
+log = logging.getLogger("toolsafe.escalation")
+
+
+@dataclass(frozen=True)
+class EscalationNotice:
+    """The redacted view of an escalated step that handlers receive."""
+
+    operation_ref: str
+    tool: str
+    reason: str | None
+    state: str
+    commit_state: str | None
+    attempts: int
+    max_attempts: int
+    escalated_at: datetime
+    envelope: dict[str, Any] | None
+    history: tuple[HistoryEntry, ...]
+
+    @classmethod
+    def from_step(cls, step: StepRecord, events: Sequence[EventRecord]) -> EscalationNotice:
+        return cls(
+            operation_ref=step.operation_ref,
+            tool=step.tool,
+            reason=step.reason,
+            state=str(step.state),
+            commit_state=step.commit_state,
+            attempts=step.attempts,
+            max_attempts=step.max_attempts,
+            escalated_at=step.updated_at,
+            envelope=safe_envelope(step.last_envelope),
+            history=history(events),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["escalated_at"] = self.escalated_at.isoformat()
+        data["history"] = [{**asdict(entry), "at": entry.at.isoformat()} for entry in self.history]
+        return data
+
+
+Handler = Callable[[EscalationNotice], None]
+
+
+def log_handler(notice: EscalationNotice) -> None:
+    log.warning(
+        "step %s escalated: %s",
+        notice.operation_ref,
+        notice.reason,
+        extra={
+            "event": "step_escalated",
+            "operation_ref": notice.operation_ref,
+            "tool": notice.tool,
+            "reason": notice.reason,
+        },
+    )
+
+
+class WebhookHandler:
+    """POSTs the notice as JSON; a non-2xx answer is an error the task logs."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def __call__(self, notice: EscalationNotice) -> None:
+        response = httpx.post(
+            self.url,
+            json=notice.as_dict(),
+            timeout=self.timeout,
+            headers={"Idempotency-Key": f"escalation:{notice.operation_ref}"},
+        )
+        response.raise_for_status()
+
+
+def import_handler(path: str) -> Handler:
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise SettingsError(
+            "TOOLSAFE_ESCALATION_HANDLERS", f"cannot import {module_name!r}: {error}"
+        ) from error
+    handler = getattr(module, attribute, None)
+    if not callable(handler):
+        raise SettingsError(
+            "TOOLSAFE_ESCALATION_HANDLERS", f"{path!r} is not a callable in {module_name!r}"
+        )
+    found: Handler = handler
+    return found
+
+
+def load_handlers(settings: Settings) -> list[tuple[str, Handler]]:
+    """(name, handler) in the order they run: log, webhook, then the user's."""
+    handlers: list[tuple[str, Handler]] = [("log", log_handler)]
+    if settings.escalation_webhook_url:
+        handlers.append(
+            (
+                "webhook",
+                WebhookHandler(
+                    settings.escalation_webhook_url, settings.escalation_webhook_timeout
+                ),
+            )
+        )
+    handlers.extend((path, import_handler(path)) for path in settings.escalation_handlers)
+    return handlers
+
+
+def notify(handlers: Sequence[tuple[str, Handler]], notice: EscalationNotice) -> list[str]:
+    """Run every handler; one failing does not stop the others. Returns the failed names."""
+    failed = []
+    for name, handler in handlers:
+        try:
+            handler(notice)
+        except Exception as error:
+            failed.append(name)
+            log.error(
+                "escalation handler %s failed: %s",
+                name,
+                type(error).__name__,
+                extra={
+                    "event": "escalation_handler_failed",
+                    "operation_ref": notice.operation_ref,
+                    "handler": name,
+                },
+            )
+    return failed

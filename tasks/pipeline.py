@@ -1,0 +1,239 @@
+"""The bodies of the tasks: claim, call, record, carry out the Decision; and the sweep.
+
+Every function here treats its message as a hint (R1): it re-reads the step, does
+nothing when there is nothing to do, and never retries through ``Task.retry`` (R8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol
+
+from adapters.envelope import AnySuccess, Retry, ToolError
+from adapters.guard import call_adapter, call_lookup
+from adapters.protocol import CallContext, LookupResult, LookupUnavailable
+from recovery.outcomes import Executed, LookedUp
+from recovery.states import StepState
+from recovery.store import Recorded, StepNotFound, StepRecord
+from tasks.escalation import EscalationNotice, Handler, notify
+from tasks.faults import Faults
+from tasks.runtime import Runtime, utcnow
+
+log = logging.getLogger("toolsafe.pipeline")
+
+UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+
+
+class Hints(Protocol):
+    """Where follow-up messages go (the Celery publisher, or anything that records)."""
+
+    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool: ...
+
+    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool: ...
+
+    def escalation(self, operation_ref: str) -> None: ...
+
+
+def _event(event: str, operation_ref: str, **fields: Any) -> None:
+    """One log line: ``event operation_ref key=value ...``, the same keys as ``extra``."""
+    shown = " ".join(f"{key}={value}" for key, value in fields.items())
+    log.info(
+        "%s %s %s",
+        event,
+        operation_ref,
+        shown,
+        extra={"event": event, "operation_ref": operation_ref, **fields},
+    )
+
+
+def approval_ref(step: StepRecord) -> str | None:
+    """The approval reference to send downstream, when a human approved this input.
+
+    A step reaches execution with ``approval_input_hash`` set only through an approval
+    (awaiting_approval → pending), and the approval binds to the input it was asked for.
+    """
+    if step.approval_input_hash is None or step.approval_input_hash != step.input_hash:
+        return None
+    digest = hashlib.sha256(f"{step.operation_ref}\0{step.input_hash}".encode()).hexdigest()
+    return f"appr_{digest[:32]}"
+
+
+def unknown_tool(operation_ref: str, tool: str) -> ToolError:
+    """No adapter for the step's tool in this worker: nothing was sent."""
+    return ToolError(
+        code=UNKNOWN_TOOL,
+        category="internal",
+        commit_state="not_committed",
+        retry=Retry(directive="never", max_attempts_remaining=0),
+        next_action="escalate",
+        operation_ref=operation_ref,
+        safe_details={"tool": tool[:100]},
+        agent_message="No worker knows this tool; nothing was sent. An operator will look.",
+        user_message="The action could not be started and was handed to an operator.",
+    )
+
+
+def carry_out(
+    runtime: Runtime, hints: Hints, recorded: Recorded, now: datetime, *, inject: bool = True
+) -> str:
+    """Publish what the Decision asks for; later work is left to the sweeper (R6).
+
+    ``inject=False`` skips the fault points (the client runs this too, and a fault
+    plan is meant for workers).
+    """
+    decision = recorded.decision
+    ref = recorded.step.operation_ref
+    due_at = decision.due_at or recorded.step.due_at
+    faults = runtime.faults if inject else Faults(False, None, None)
+    if decision.action in ("run", "verify"):
+        faults.hit("before_publish", ref)
+        if decision.action == "run":
+            published = hints.execute(ref, due_at, now)
+        else:
+            published = hints.verify(ref, due_at, now)
+        faults.hit("after_publish", ref)
+        if published:
+            # Stamped with the time the hint will arrive: the sweeper re-publishes only
+            # if it has not done its work REPUBLISH_AFTER seconds past that.
+            arrives = due_at if due_at is not None and due_at > now else now
+            runtime.store.mark_published(ref, arrives)
+        else:
+            _event("left_to_sweeper", ref, due_at=str(due_at))
+    elif decision.action == "escalate":
+        faults.hit("before_publish", ref)
+        hints.escalation(ref)
+        faults.hit("after_publish", ref)
+    return decision.action
+
+
+def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
+    """Run one execution of a step if it is due and unclaimed; returns what happened."""
+    store = runtime.store
+    lease = timedelta(seconds=runtime.settings.lease)
+    claim = store.claim_execution(operation_ref, runtime.owner, lease, utcnow())
+    if claim is None:
+        _event("execute_noop", operation_ref)
+        return "noop"
+    runtime.faults.hit("after_claim", operation_ref)
+    step = claim.step
+    _event(
+        "execute_claimed",
+        operation_ref,
+        tool=step.tool,
+        attempt=step.attempts,
+    )
+    envelope: AnySuccess | ToolError
+    if step.tool in runtime.registry:
+        context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
+        with runtime.faults.during("during_call", operation_ref):
+            envelope = call_adapter(runtime.adapter(step.tool), step.input, operation_ref, context)
+    else:
+        envelope = unknown_tool(operation_ref, step.tool)
+    runtime.faults.hit("after_call", operation_ref)
+    recorded = store.record(
+        claim,
+        Executed(envelope),
+        traits=runtime.traits_for(step.tool),
+        policy=runtime.policy_for(step.tool),
+        now=utcnow(),
+        rng=runtime.rng,
+    )
+    if recorded is None:
+        # Someone expired our lease meanwhile: the step is theirs to verify (R4).
+        _event("lease_lost", operation_ref)
+        return "lease_lost"
+    runtime.faults.hit("after_record", operation_ref)
+    _event(
+        "execute_recorded",
+        operation_ref,
+        state=str(recorded.step.state),
+        action=recorded.decision.action,
+        code=getattr(envelope, "code", None),
+    )
+    return carry_out(runtime, hints, recorded, utcnow())
+
+
+def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
+    """Look an unknown outcome up downstream if the step is due for verification."""
+    store = runtime.store
+    lease = timedelta(seconds=runtime.settings.lease)
+    claim = store.claim_verification(operation_ref, runtime.owner, lease, utcnow())
+    if claim is None:
+        _event("verify_noop", operation_ref)
+        return "noop"
+    runtime.faults.hit("after_claim", operation_ref)
+    step = claim.step
+    found: LookupResult
+    if step.tool in runtime.registry:
+        with runtime.faults.during("during_call", operation_ref):
+            found = call_lookup(runtime.adapter(step.tool), operation_ref)
+    else:
+        found = LookupUnavailable(checked_at=utcnow(), code=UNKNOWN_TOOL)
+    runtime.faults.hit("after_call", operation_ref)
+    recorded = store.record(
+        claim,
+        LookedUp(found),
+        traits=runtime.traits_for(step.tool),
+        policy=runtime.policy_for(step.tool),
+        now=utcnow(),
+        rng=runtime.rng,
+    )
+    if recorded is None:
+        _event("lease_lost", operation_ref)
+        return "lease_lost"
+    runtime.faults.hit("after_record", operation_ref)
+    _event(
+        "verify_recorded",
+        operation_ref,
+        result=type(found).__name__,
+        state=str(recorded.step.state),
+    )
+    return carry_out(runtime, hints, recorded, utcnow())
+
+
+def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_ref: str) -> str:
+    """Tell the escalation handlers about a step that is (still) escalated."""
+    try:
+        step = runtime.store.get(operation_ref)
+    except StepNotFound:
+        _event("escalation_noop", operation_ref)
+        return "noop"
+    if step.state is not StepState.ESCALATED:
+        # Resolved before the notification ran: nothing to tell.
+        _event("escalation_noop", operation_ref)
+        return "noop"
+    notice = EscalationNotice.from_step(step, runtime.store.events(operation_ref))
+    failed = notify(handlers, notice)
+    return "notified" if not failed else "handler_failed"
+
+
+def sweep(runtime: Runtime, hints: Hints) -> dict[str, int]:
+    """Expired leases → verification (R4); due work whose hint was lost → published (R7)."""
+    store = runtime.store
+    settings = runtime.settings
+    now = utcnow()
+    expired = store.expire_leases(
+        now, runtime.traits_for, runtime.policy_for, limit=settings.sweep_batch
+    )
+    for recorded in expired:
+        _event(
+            "lease_expired",
+            recorded.step.operation_ref,
+            state=str(recorded.step.state),
+        )
+        carry_out(runtime, hints, recorded, now)
+    due = store.due_work(
+        now, limit=settings.sweep_batch, republish_after=timedelta(seconds=settings.republish_after)
+    )
+    for step in due:
+        if step.state is StepState.VERIFYING:
+            hints.verify(step.operation_ref, None, now)
+        else:
+            hints.execute(step.operation_ref, None, now)
+        _event("republished", step.operation_ref, state=str(step.state))
+    counts = {"expired": len(expired), "republished": len(due)}
+    if expired or due:
+        log.info("sweep %s", counts, extra={"event": "sweep", **counts})
+    return counts

@@ -1,0 +1,204 @@
+"""What agents, the model and operators may see of a step: safe fields only, never raw.
+
+The stored envelope is already redacted by the adapter boundary; these views copy
+only the fields the contract marks as safe, so a future column cannot leak by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from recovery.states import TERMINAL, StepState, ui_group
+from recovery.store import EventRecord, StepRecord
+
+# The envelope fields the model and UIs may see (DESIGN §1); result is the adapter's
+# structured answer, built from parsed fields, not upstream text.
+SAFE_ENVELOPE_FIELDS: Final = (
+    "ok",
+    "code",
+    "category",
+    "commit_state",
+    "retry",
+    "next_action",
+    "operation_ref",
+    "safe_details",
+    "agent_message",
+    "user_message",
+    "result",
+    "verification",
+)
+# Event detail keys that carry no upstream text: codes, actors and their reasons.
+SAFE_DETAIL_KEYS: Final = (
+    "code",
+    "next_action",
+    "commit_state",
+    "reason",
+    "actor",
+    "by",
+    "approver",
+    "operator",
+    "found",
+    "result",
+    "evidence_ref",
+    "fields",
+)
+MAX_TEXT: Final = 200
+
+NEEDS_AGENT: Final = frozenset({StepState.NEEDS_INPUT, StepState.AWAITING_APPROVAL}) | TERMINAL
+"""States in which the agent service has to act or read the end result."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    at: datetime
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    label: str
+    detail: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepView:
+    """A step as an agent service (and the model) may see it."""
+
+    operation_ref: str
+    tool: str
+    state: StepState
+    ui_group: str
+    commit_state: str | None
+    attempts: int
+    max_attempts: int
+    due_at: datetime | None
+    reason: str | None
+    fields: tuple[str, ...]
+    envelope: dict[str, Any] | None
+    text: str
+    history: tuple[HistoryEntry, ...] = ()
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def needs_agent(self) -> bool:
+        """The agent has to act (input, approval) or the step is over."""
+        return self.state in NEEDS_AGENT
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = str(self.state)
+        data["due_at"] = self.due_at.isoformat() if self.due_at else None
+        data["history"] = [{**asdict(entry), "at": entry.at.isoformat()} for entry in self.history]
+        return data
+
+
+def _scalar(value: object) -> str | int | float | bool | None:
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    return None
+
+
+def safe_envelope(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The stored (redacted) envelope, restricted to the contract's safe fields."""
+    if not stored:
+        return None
+    return {key: stored[key] for key in SAFE_ENVELOPE_FIELDS if key in stored}
+
+
+def safe_detail(detail: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
+    """Codes, actors and reasons from an event's detail; nothing free-form from upstream."""
+    picked: dict[str, str | int | float | bool] = {}
+    sources: list[Mapping[str, Any]] = [detail]
+    for nested in ("envelope", "lookup", "decision"):
+        inner = detail.get(nested)
+        if isinstance(inner, Mapping):
+            sources.append(inner)
+    for source in sources:
+        for key in SAFE_DETAIL_KEYS:
+            if key in picked or key not in source:
+                continue
+            value = source[key]
+            if isinstance(value, list | tuple):
+                value = ", ".join(str(item) for item in value)
+            scalar = _scalar(value)
+            if scalar is not None:
+                picked[key] = scalar
+    return picked
+
+
+def history(events: Sequence[EventRecord]) -> tuple[HistoryEntry, ...]:
+    return tuple(
+        HistoryEntry(
+            at=event.at,
+            kind=event.kind,
+            from_state=str(event.from_state) if event.from_state else None,
+            to_state=str(event.to_state) if event.to_state else None,
+            label=event.label,
+            detail=safe_detail(event.detail),
+        )
+        for event in events
+    )
+
+
+def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
+    """A short, factual text for the model: what happened and what it may do next."""
+    ref = step.operation_ref
+    agent_message = str(envelope.get("agent_message", "")) if envelope else ""
+    state = step.state
+    if state is StepState.SUCCEEDED:
+        return f"{step.tool} succeeded and was confirmed (operation_ref {ref})."
+    if state is StepState.NEEDS_INPUT:
+        fields = ", ".join(step.flagged_fields) or "the flagged fields"
+        return (
+            f"{agent_message} Correct {fields} and send the corrected input for "
+            f"operation_ref {ref}; an identical input is refused."
+        ).strip()
+    if state is StepState.AWAITING_APPROVAL:
+        return f"{step.tool} is waiting for a human approval (operation_ref {ref}); do not retry."
+    if state is StepState.WAITING_RETRY:
+        when = step.due_at.isoformat() if step.due_at else "soon"
+        return (
+            f"{step.tool} will be retried automatically, not before {when}; do not call it again."
+        )
+    if state is StepState.VERIFYING:
+        return (
+            f"The outcome of {step.tool} is being verified with the downstream "
+            f"(operation_ref {ref}); do not call it again."
+        )
+    if state is StepState.ESCALATED:
+        return (
+            f"{step.tool} was handed to an operator (reason {step.reason or 'unknown'}); "
+            "make a new plan or wait for the operator."
+        )
+    if state is StepState.FAILED:
+        return f"{step.tool} failed (reason {step.reason or 'unknown'}); it will not run again."
+    if state is StepState.CANCELLED:
+        return f"{step.tool} was cancelled; it will not run."
+    if state is StepState.IN_FLIGHT:
+        return f"{step.tool} is running (operation_ref {ref})."
+    return f"{step.tool} is queued (operation_ref {ref})."
+
+
+def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView:
+    envelope = safe_envelope(step.last_envelope)
+    return StepView(
+        operation_ref=step.operation_ref,
+        tool=step.tool,
+        state=step.state,
+        ui_group=ui_group(step.state),
+        commit_state=step.commit_state,
+        attempts=step.attempts,
+        max_attempts=step.max_attempts,
+        due_at=step.due_at,
+        reason=step.reason,
+        fields=tuple(step.flagged_fields),
+        envelope=envelope,
+        text=model_text(step, envelope),
+        history=history(events),
+    )

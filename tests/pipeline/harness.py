@@ -1,0 +1,310 @@
+"""The harness of the end-to-end tests: a fresh PostgreSQL database, the session's
+Redis database, the example downstream (naive: every POST is an effect) and real
+``celery worker`` subprocesses with short leases and sweep intervals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import psycopg
+import redis
+
+from adapters.examples.downstream import DownstreamService
+from celeryconfig import QUEUES
+from recovery.db import migrate
+from recovery.states import StepState
+from tasks.app import create_app
+from tasks.client import Client
+from tasks.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Short enough that a lease expiry, a sweep and a verification take a few seconds.
+FAST_SETTINGS = {
+    "TOOLSAFE_ADAPTERS": "adapters.examples",
+    "TOOLSAFE_LEASE_SECONDS": "3",
+    "TOOLSAFE_TASK_TIME_LIMIT": "2.5",
+    "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "2",
+    "TOOLSAFE_SWEEP_INTERVAL": "0.5",
+    "TOOLSAFE_REPUBLISH_AFTER": "1",
+    "TOOLSAFE_MAX_ETA": "5",
+    "TOOLSAFE_ETA_JITTER": "0.05",
+    "TOOLSAFE_VISIBILITY_TIMEOUT": "300",
+    "TOOLSAFE_RETRY_BASE_DELAY": "0.1",
+    "TOOLSAFE_RETRY_MAX_DELAY": "0.5",
+    "TOOLSAFE_VERIFY_BASE_DELAY": "0.2",
+    "TOOLSAFE_VERIFY_MAX_DELAY": "0.5",
+    "TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE": "3",
+    "TOOLSAFE_EXAMPLE_TIMEOUT": "1",
+    "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "2",
+}
+
+
+def new_ref(prefix: str) -> str:
+    return f"{prefix}/{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def fresh_database(pg_url: str, suffix: str) -> Iterator[str]:
+    """A migrated database of its own next to the session's (dropped afterwards)."""
+    base, _, session_db = pg_url.rpartition("/")
+    name = f"{session_db}_{suffix}"[:63]
+    admin = f"{base}/postgres".replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{base}/{name}"
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Webhook:
+    """An HTTP server that records the escalation notices POSTed to it."""
+
+    def __init__(self) -> None:
+        received: list[dict[str, Any]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                received.append(json.loads(self.rfile.read(length)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/escalations"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout: float = 40.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if " ready." in self.text():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"worker {self.name} did not start:\n{self.text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker: the main process and its pool children."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        """Tests need no graceful drain: a redelivered or lost hint is harmless (R1)."""
+        self.kill()
+
+
+@dataclass
+class Cluster:
+    """Workers and a client that share one broker, database and downstream."""
+
+    env: dict[str, str]
+    directory: Path
+    downstream: DownstreamService
+    webhook: Webhook
+    workers: list[Worker] = field(default_factory=list)
+    _client: Client | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env)
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            # The example adapters read their downstream from the environment.
+            with mock.patch.dict(os.environ, self.env):
+                client = Client(create_app(self.settings))
+                client.runtime.registry  # noqa: B018 - load the adapters under this env
+            self._client = client
+        return self._client
+
+    def start_worker(
+        self,
+        name: str,
+        *,
+        concurrency: int = 2,
+        beat: bool = True,
+        pool: str = "prefork",
+        extra_env: dict[str, str] | None = None,
+        wait: bool = True,
+        via_cli: bool = False,
+    ) -> Worker:
+        """A ``celery -A tasks worker`` (or ``toolsafe worker``) subprocess."""
+        unique = f"{name}-{uuid.uuid4().hex[:6]}"
+        log = self.directory / f"{unique}.log"
+        if via_cli:
+            # `toolsafe worker` adds the queues itself.
+            command = [sys.executable, "-m", "tasks.cli", "worker"]
+        else:
+            command = [sys.executable, "-m", "celery", "-A", "tasks", "worker"]
+            command += ["-Q", ",".join(QUEUES)]
+        command += [
+            "-P", pool, "-c", str(concurrency), "-n", f"{unique}@%h",
+            "--loglevel", "INFO", "--without-mingle",
+        ]  # fmt: skip
+        if beat:
+            command += ["-B", "-s", str(self.directory / f"{unique}-beat")]
+        env = {**os.environ, **self.env, **(extra_env or {})}
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = Worker(unique, process, log)
+        self.workers.append(worker)
+        if wait:
+            worker.wait_ready()
+        return worker
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.workers.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def effects(self, operation_ref: str) -> int:
+        return self.downstream.effects().get(operation_ref, 0)
+
+    def fault(self, **spec: Any) -> None:
+        self.downstream.state.add_fault(spec)
+
+    def wait_for(
+        self,
+        check: Callable[[], bool],
+        timeout: float = 20.0,
+        what: str = "condition",
+        interval: float = 0.05,
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(interval)
+        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.name}\n{w.text()[-4000:]}" for w in self.workers)
+
+    def states(self, operation_ref: str) -> list[StepState]:
+        """The states the step went through, in order, without repeats."""
+        path: list[StepState] = []
+        for event in self.client.runtime.store.events(operation_ref):
+            if event.to_state is not None and (not path or path[-1] != event.to_state):
+                path.append(event.to_state)
+        return path
+
+
+SESSION_LOCK_KEY = b"toolsafe-test-session-lock"
+
+
+def flush_broker(redis_url: str) -> None:
+    """Drop every queue and held message of the session's Redis database, as a Redis
+    restart without persistence would (keeping only the session's lock key)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for key in client.scan_iter():
+            if key != SESSION_LOCK_KEY:
+                client.delete(key)
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _database(pg_url: str, directory: Path, suffix: str, sqlite: bool) -> Iterator[str]:
+    if not sqlite:
+        with fresh_database(pg_url, suffix) as url:
+            yield url
+        return
+    url = f"sqlite:///{directory / (suffix + '.db')}"
+    migrate(url)
+    yield url
+
+
+@contextlib.contextmanager
+def cluster_for(
+    pg_url: str,
+    redis_url: str,
+    directory: Path,
+    *,
+    suffix: str,
+    env: dict[str, str] | None = None,
+    sqlite: bool = False,
+) -> Iterator[Cluster]:
+    """Downstream, webhook and a migrated database (PostgreSQL, or an SQLite file)."""
+    downstream = DownstreamService(naive=True).start()
+    webhook = Webhook()
+    try:
+        with _database(pg_url, directory, suffix, sqlite) as database_url:
+            plan = directory / "faults.json"
+            plan.write_text("{}", encoding="utf-8")
+            settings_env = {
+                **FAST_SETTINGS,
+                "TOOLSAFE_BROKER_URL": redis_url,
+                "TOOLSAFE_DATABASE_URL": database_url,
+                "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream.url,
+                "TOOLSAFE_ESCALATION_WEBHOOK_URL": webhook.url,
+                "TOOLSAFE_FAULTS_ENABLED": "1",
+                "TOOLSAFE_FAULT_PLAN": str(plan),
+                **(env or {}),
+            }
+            cluster = Cluster(settings_env, directory, downstream, webhook)
+            # Hints left by an earlier module would queue ahead of this one's.
+            flush_broker(redis_url)
+            try:
+                yield cluster
+            finally:
+                cluster.stop()
+                flush_broker(redis_url)
+    finally:
+        webhook.stop()
+        downstream.stop()

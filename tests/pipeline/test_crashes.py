@@ -1,0 +1,160 @@
+"""Crashes and broker loss: SIGKILLed workers and a flushed Redis never cost a duplicate
+invoice or a lost step; the sweeper and verification pick up the pieces (R4, R7)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from recovery.states import StepState
+from tasks.faults import fired, write_plan
+from tasks.runtime import utcnow
+from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+S = StepState
+INVOICE = {"customer_id": "cus_9", "amount_cents": 990, "currency": "EUR"}
+
+
+@pytest.fixture(scope="module")
+def crash_cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster]:
+    # A short consistency window: "not found" soon proves the write absent.
+    # A longer adapter timeout (still under the 2 s soft limit) leaves time to kill a
+    # worker while the downstream holds the stored write.
+    env = {"TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "0.5", "TOOLSAFE_EXAMPLE_TIMEOUT": "1.8"}
+    with cluster_for(pg_url, redis_url, pipeline_dir, suffix="crashes", env=env) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(crash_cluster: Cluster) -> Iterator[Cluster]:
+    yield crash_cluster
+    for worker in crash_cluster.workers:
+        worker.stop()
+    crash_cluster.workers.clear()
+
+
+def test_sigkill_while_the_downstream_holds_a_stored_write(cluster: Cluster) -> None:
+    victim = cluster.start_worker("victim", concurrency=1, beat=False)
+    ref = new_ref("crash/stall")
+    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=5)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    # The invoice is stored and the downstream holds the answer back: kill now.
+    cluster.wait_for(lambda: cluster.effects(ref) == 1, timeout=15, what="the stored write")
+    victim.kill()
+    assert cluster.client.view(ref).state is S.IN_FLIGHT
+    cluster.start_worker("rescuer", concurrency=1, beat=True)
+    view = cluster.client.wait(ref, timeout=30)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    # Verified first, never executed again.
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
+    assert view.attempts == 1
+    assert cluster.effects(ref) == 1
+
+
+def test_sigkill_after_claim_verifies_then_executes_once(cluster: Cluster) -> None:
+    ref = new_ref("crash/claim")
+    plan = Path(cluster.env["TOOLSAFE_FAULT_PLAN"])
+    write_plan(plan, {ref: {"after_claim": "kill"}})
+    cluster.start_worker("claimer", concurrency=1, beat=True)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=40)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert [(f["entry"], f["point"]) for f in fired(f"{plan}.fired") if f["entry"] == ref] == [
+        (ref, "after_claim")
+    ]
+    # The lease expired, the lookup found nothing after the window, one execution ran.
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert view.attempts == 2
+    assert cluster.effects(ref) == 1
+
+
+def test_every_fault_point_ends_in_one_effect(cluster: Cluster) -> None:
+    """Kill or raise at each named point; the step still ends succeeded with one invoice."""
+    refs = {point: new_ref(f"points/{point}") for point in (
+        "after_call", "during_call", "after_record", "before_publish", "after_publish"
+    )}  # fmt: skip
+    write_plan(
+        Path(cluster.env["TOOLSAFE_FAULT_PLAN"]),
+        {
+            refs["after_call"]: {"after_call": "kill"},
+            refs["during_call"]: {"during_call": {"action": "kill", "delay": 0.3}},
+            refs["after_record"]: {"after_record": "kill"},
+            refs["before_publish"]: {"before_publish": "raise"},
+            refs["after_publish"]: {"after_publish": "kill"},
+        },
+    )
+    # The call is in progress (and the invoice stored) when the timer fires.
+    cluster.fault(fault="stall_after_store", operation_ref=refs["during_call"], seconds=0.8)
+    # A follow-up to publish: a rate limit sends the step to waiting_retry first.
+    for point in ("before_publish", "after_publish"):
+        cluster.fault(fault="rate_limit", operation_ref=refs[point], retry_after=1)
+    cluster.start_worker("points", concurrency=2, beat=True)
+    for ref in refs.values():
+        cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    for point, ref in refs.items():
+        view = cluster.client.wait(ref, timeout=40)
+        assert view.state is S.SUCCEEDED, (point, view.state, cluster.logs())
+        assert cluster.effects(ref) == 1, point
+    fired_points = {f["point"] for f in fired(f"{cluster.env['TOOLSAFE_FAULT_PLAN']}.fired")}
+    assert set(refs) <= fired_points
+    # A write whose answer was lost is verified, never executed again.
+    assert cluster.states(refs["after_call"]) == [
+        S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED
+    ]  # fmt: skip
+    # Killed mid-call: verified first; found if the request had reached the downstream,
+    # else proven absent after the window and executed once more.
+    assert cluster.states(refs["during_call"]) in (
+        [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED],
+        [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED],
+    )
+    # Killed after recording: the redelivered message found the step done.
+    assert cluster.states(refs["after_record"]) == [S.PENDING, S.IN_FLIGHT, S.SUCCEEDED]
+    assert cluster.client.view(refs["after_record"]).attempts == 1
+
+
+def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str) -> None:
+    waiting = [new_ref("loss/retry") for _ in range(3)]
+    verifying = [new_ref("loss/verify") for _ in range(3)]
+    unpublished = [new_ref("loss/unpublished") for _ in range(2)]
+    for ref in waiting:
+        cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=5)
+    for ref in verifying:
+        cluster.fault(fault="error_after_store", operation_ref=ref, status=502)
+        cluster.fault(fault="lookup_down", operation_ref=ref, times=2)
+    first = cluster.start_worker("before-loss", concurrency=2, beat=False)
+    for ref in waiting + verifying:
+        cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    store = cluster.client.runtime.store
+    cluster.wait_for(
+        lambda: (
+            all(store.get(ref).state is S.WAITING_RETRY for ref in waiting)
+            and all(store.get(ref).state is S.VERIFYING for ref in verifying)
+        ),
+        what="steps waiting to retry and to verify",
+    )
+    # Committed but never published (the submitter died between the two, R2/R7).
+    for ref in unpublished:
+        store.create_step(
+            "create_invoice",
+            INVOICE,
+            operation_ref=ref,
+            policy=cluster.settings.policy_for("create_invoice"),
+            now=utcnow(),
+        )
+    first.kill()
+    flush_broker(redis_url)
+    cluster.start_worker("after-loss", concurrency=2, beat=True)
+    for ref in waiting + verifying + unpublished:
+        view = cluster.client.wait(ref, timeout=40)
+        assert view.state is S.SUCCEEDED, (ref, view.state, cluster.logs())
+        assert cluster.effects(ref) == 1, ref
+    republished = [
+        event for ref in unpublished for event in store.events(ref) if event.kind == "claimed"
+    ]
+    assert len(republished) == len(unpublished)

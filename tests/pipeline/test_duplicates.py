@@ -1,0 +1,64 @@
+"""Duplicate delivery: the same execution message many times, two workers and two
+sweepers at once, 200 steps → exactly one downstream effect each (R1, R3)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from celeryconfig import EXECUTE_TASK
+from recovery.states import TERMINAL, StepState
+from tests.pipeline.harness import Cluster, cluster_for, new_ref
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster]:
+    with cluster_for(pg_url, redis_url, pipeline_dir, suffix="duplicates") as running:
+        # Two workers, each with its own beat: two sweepers race as well.
+        first = running.start_worker("dup-a", concurrency=2, beat=True, wait=False)
+        second = running.start_worker("dup-b", concurrency=2, beat=True, wait=False)
+        first.wait_ready()
+        second.wait_ready()
+        yield running
+
+
+def test_duplicate_messages_and_two_workers_give_one_effect_each(cluster: Cluster) -> None:
+    client = cluster.client
+    app = client.app
+    refs = [new_ref(f"dup/{number}") for number in range(STEPS)]
+    for number, ref in enumerate(refs):
+        client.submit(
+            "create_invoice",
+            {"customer_id": f"cus_{number}", "amount_cents": 100 + number, "currency": "EUR"},
+            operation_ref=ref,
+        )
+        # The very same message (one task id) twice, as a redelivery would bring it;
+        # every fourth step also gets three more independent hints.
+        task_id = str(uuid.uuid4())
+        for _ in range(2):
+            app.send_task(EXECUTE_TASK, args=(ref,), task_id=task_id)
+        if number % 4 == 0:
+            for _ in range(3):
+                app.send_task(EXECUTE_TASK, args=(ref,))
+    store = client.runtime.store
+    cluster.wait_for(
+        lambda: all(step.state in TERMINAL for step in store.list_steps(None, STEPS + 10)),
+        timeout=120,
+        interval=0.5,
+        what="every step terminal",
+    )
+    steps = {step.operation_ref: step for step in store.list_steps(None, STEPS + 10)}
+    assert {ref for ref in refs if steps[ref].state is not StepState.SUCCEEDED} == set()
+    effects = cluster.downstream.effects()
+    assert {ref: effects.get(ref, 0) for ref in refs if effects.get(ref, 0) != 1} == {}
+    assert all(steps[ref].attempts == 1 for ref in refs)
+    # The extra messages found nothing to do and said so in the event log.
+    noops = sum(1 for ref in refs[:20] for event in store.events(ref) if event.kind == "noop")
+    assert noops > 0

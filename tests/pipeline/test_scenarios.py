@@ -1,0 +1,192 @@
+"""The article's scenarios end to end: real workers, Redis, PostgreSQL and the naive
+example downstream, asserting each step's path and the downstream's effect count."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from recovery.outcomes import TransitionRefused
+from recovery.states import StepState
+from tasks.views import SAFE_ENVELOPE_FIELDS
+from tests.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+S = StepState
+INVOICE = {"customer_id": "cus_1", "amount_cents": 4200, "currency": "EUR"}
+EMAIL = {"recipient_email": "ada@example.org", "subject": "Your invoice", "body": "Hi"}
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster]:
+    with cluster_for(pg_url, redis_url, pipeline_dir, suffix="scenarios") as running:
+        running.start_worker("scenarios", concurrency=2)
+        yield running
+
+
+def test_success_with_evidence(cluster: Cluster) -> None:
+    ref = new_ref("run_1/step_1")
+    submitted = cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert submitted.operation_ref == ref
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert view.commit_state == "committed"
+    assert view.envelope is not None and view.envelope["ok"] is True
+    assert view.envelope["verification"]["checked_at"]
+    assert view.envelope["result"]["customer_id"] == "cus_1"
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.SUCCEEDED]
+    assert cluster.effects(ref) == 1
+    # Submitting the same call again returns the same step and runs nothing.
+    again = cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert again.state is S.SUCCEEDED and again.attempts == 1
+    assert cluster.effects(ref) == 1
+
+
+def test_invalid_recipient_needs_input_then_corrected(cluster: Cluster) -> None:
+    ref = new_ref("run_81/step_4")
+    bad = {**EMAIL, "recipient_email": "ada@example.invalid"}
+    cluster.client.submit("send_email", bad, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.NEEDS_INPUT, cluster.logs()
+    assert view.ui_group == "waiting for input"
+    assert view.fields == ("recipient_email",)
+    assert view.envelope is not None and view.envelope["code"] == "INVALID_RECIPIENT_ADDRESS"
+    assert "recipient_email" in view.text
+    with pytest.raises(TransitionRefused):
+        cluster.client.provide_input(ref, bad)  # identical input
+    with pytest.raises(TransitionRefused):
+        cluster.client.provide_input(ref, {**bad, "subject": "Another"})  # flagged unchanged
+    assert cluster.client.view(ref).state is S.NEEDS_INPUT
+    fixed = cluster.client.provide_input(ref, {**bad, "recipient_email": "ada@example.org"})
+    assert fixed.operation_ref == ref
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.NEEDS_INPUT, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert cluster.effects(ref) == 1
+
+
+def test_rate_limit_waits_for_not_before(cluster: Cluster) -> None:
+    ref = new_ref("run_2/step_1")
+    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=1)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    events = cluster.client.runtime.store.events(ref)
+    limited = next(e for e in events if e.to_state is S.WAITING_RETRY)
+    step_after = [e for e in events if e.kind == "claimed" and e.at > limited.at]
+    assert step_after, "the retry was never claimed"
+    envelope = limited.detail.get("envelope", {})
+    not_before = datetime.fromisoformat(envelope["retry"]["not_before"])
+    assert step_after[0].at >= not_before
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert cluster.effects(ref) == 1
+
+
+def test_missing_approval_then_approved(cluster: Cluster) -> None:
+    ref = new_ref("run_3/step_1")
+    cluster.fault(fault="require_approval", operation_ref=ref)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.AWAITING_APPROVAL, cluster.logs()
+    assert view.ui_group == "waiting for approval"
+    assert cluster.effects(ref) == 0
+    cluster.client.approve(ref, approver="alice", reason="customer confirmed by phone")
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.AWAITING_APPROVAL, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert cluster.effects(ref) == 1
+    approved = [entry for entry in view.history if entry.kind == "approved"]
+    assert approved and approved[0].detail.get("approver") == "alice"
+
+
+def test_version_conflict_asks_for_a_new_plan(cluster: Cluster) -> None:
+    ref = new_ref("run_4/step_1")
+    cluster.fault(fault="version_conflict", operation_ref=ref)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.ESCALATED, cluster.logs()
+    assert view.reason == "VERSION_CONFLICT"
+    assert "new plan" in view.text
+    assert cluster.effects(ref) == 0
+
+
+def test_timeout_after_store_is_verified_not_repeated(cluster: Cluster) -> None:
+    ref = new_ref("run_5/step_1")
+    # The downstream stores the invoice, then stalls past the adapter's 1 s timeout.
+    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=2)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
+    assert cluster.effects(ref) == 1
+
+
+def test_eventual_consistency_found_after_a_delay(cluster: Cluster) -> None:
+    ref = new_ref("run_6/step_1")
+    # A gateway 502 hides the stored write, which the lookup sees only after 1.5 s
+    # (inside the adapter's 2 s consistency window).
+    cluster.fault(fault="error_after_store", operation_ref=ref, status=502)
+    cluster.fault(fault="eventual_consistency", operation_ref=ref, seconds=1.5)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    looked_up = [e for e in cluster.client.runtime.store.events(ref) if e.kind == "looked_up"]
+    assert len(looked_up) >= 2, "the first lookup should have missed the write"
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
+    assert cluster.effects(ref) == 1
+
+
+@pytest.mark.slow
+def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -> None:
+    ref = new_ref("run_7/step_1")
+    cluster.fault(fault="error_after_store", operation_ref=ref, status=502)
+    cluster.fault(fault="lookup_down", operation_ref=ref, times=None)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=30)
+    assert view.state is S.ESCALATED, cluster.logs()
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.ESCALATED]
+    assert cluster.effects(ref) == 1
+    cluster.wait_for(
+        lambda: any(n["operation_ref"] == ref for n in cluster.webhook.received),
+        what="the escalation webhook",
+    )
+    notice = next(n for n in cluster.webhook.received if n["operation_ref"] == ref)
+    assert notice["reason"] == view.reason and notice["tool"] == "create_invoice"
+    assert notice["history"] and notice["envelope"]["code"] == "OUTCOME_UNKNOWN"
+    assert set(notice["envelope"]) <= set(SAFE_ENVELOPE_FIELDS)
+    assert "input" not in notice and "cus_1" not in json.dumps(notice)
+
+    env = {**os.environ, **cluster.env}
+    listed = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "escalations", "list"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert ref in listed.stdout
+    # The operator closes it: the invoice exists, so it succeeded.
+    resolved = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "escalations", "resolve", ref, "--to",
+         "succeeded", "--reason", "invoice found in the billing UI", "--operator", "bob"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.stderr
+    assert cluster.client.view(ref).state is S.SUCCEEDED
+    again = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "escalations", "redrive", ref, "--reason", "x"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.returncode == 1 and "toolsafe: error:" in again.stderr
