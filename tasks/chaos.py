@@ -1,0 +1,464 @@
+"""``toolsafe chaos``: real workers, beat and the naive example downstream under a seeded
+schedule of SIGKILLs, broker flushes, PostgreSQL connection kills and duplicate messages;
+then the invariant against the downstream's own record, and the article's counts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, select
+
+from adapters.errors import ToolsafeError
+from celeryconfig import EXECUTE_TASK, VERIFY_TASK
+from recovery.counts import Counts, as_json, render
+from recovery.db import make_engine, migrate
+from recovery.schema import steps
+from recovery.states import StepState
+from tasks import faults
+from tasks.chaos_plan import (
+    WAITING_ON_HUMAN,
+    Observed,
+    Schedule,
+    ScheduleSize,
+    Timing,
+    Verdict,
+    build_schedule,
+    check_invariant,
+    corrected_input,
+    scenarios,
+    step_input,
+)
+from tasks.chaos_procs import (
+    Downstream,
+    Proc,
+    Workers,
+    check_broker,
+    flush_broker,
+    free_port,
+    kill_db_connections,
+    start_beat,
+    write_json,
+)
+from tasks.metrics import read_counts
+
+log = logging.getLogger("toolsafe.chaos")
+
+TERMINAL_VALUES = frozenset(
+    state.value for state in (StepState.SUCCEEDED, StepState.FAILED, StepState.ESCALATED)
+) | {StepState.CANCELLED.value}
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    broker: str
+    database: str
+    size: ScheduleSize = field(default_factory=ScheduleSize)
+    workers: int = 3
+    seed: int = 6
+    timing: Timing = field(default_factory=Timing)
+    batch_interval: float = 0.25  # seconds between batches of submissions
+    # Submit only while fewer steps than this are being worked on: a backlog far beyond
+    # what the workers drain tests the broker's patience, not toolsafe's recovery.
+    max_in_progress: int = 150
+    bound: float = 150.0  # seconds allowed to settle after the last submission
+    workdir: Path | None = None
+    keep_keys: tuple[str, ...] = ()  # broker keys a flush leaves alone
+    metrics: bool = True  # the first worker exports /metrics; the report scrapes it
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    schedule: Schedule
+    prefix: str
+    workdir: Path
+    started_at: datetime
+    submitted: list[str] = field(default_factory=list)
+    faults: Counter[str] = field(default_factory=Counter)
+    kills_fired: Counter[str] = field(default_factory=Counter)
+    worker_exits: Counter[str] = field(default_factory=Counter)
+    agent: Counter[str] = field(default_factory=Counter)
+    scenario_states: dict[str, Counter[str]] = field(default_factory=dict)
+    submit_seconds: float = 0.0
+    settle_seconds: float = 0.0
+    settled: bool = False
+    verdict: Verdict | None = None
+    counts: Counts | None = None
+    exported: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> int:
+        return 0 if self.verdict is None else len(self.verdict.violations)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is not None and not self.verdict.violations
+
+    def text(self) -> str:
+        c, size = self.config, self.config.size
+        kills = ", ".join(f"{p} {n}" for p, n in sorted(self.kills_fired.items())) or "none"
+        planned = ", ".join(f"{p} {n}" for p, n in self.schedule.kills().items())
+        lines = [
+            f"toolsafe chaos — {self.started_at:%Y-%m-%d %H:%M:%S} UTC",
+            f"seed {c.seed} (schedule {self.schedule.fingerprint()}), {size.steps} steps, "
+            f"{c.workers} workers, at most {c.max_in_progress} steps in progress, "
+            f"operation_refs {self.prefix}*",
+            f"work dir: {self.workdir}",
+            "",
+            f"steps submitted: {len(self.submitted)} in {self.submit_seconds:.1f}s; "
+            f"settled: {'yes' if self.settled else 'NO'} after {self.settle_seconds:.1f}s "
+            f"more (bound {c.bound:g}s)",
+            f"SIGKILLs at fault points: {sum(self.kills_fired.values())} ({kills}); "
+            f"planned: {planned}",
+            "faults injected: "
+            + ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())),
+            "worker exits: "
+            + (", ".join(f"{kind} {n}" for kind, n in sorted(self.worker_exits.items())) or "none"),
+            "agent: " + (", ".join(f"{k} {n}" for k, n in sorted(self.agent.items())) or "none"),
+            "scenarios (final states):",
+        ]
+        for name, states in sorted(self.scenario_states.items()):
+            shown = ", ".join(f"{state} {n}" for state, n in sorted(states.items()))
+            lines.append(f"  {name:<22} {shown}")
+        verdict = self.verdict
+        lines.append("")
+        lines.append(f"invariant violations: {self.violations}")
+        if verdict is not None:
+            for rule, n in verdict.by_rule.items():
+                lines.append(f"  {rule}: {n}")
+            for violation in verdict.violations[:20]:
+                lines.append(f"  {violation}")
+        if self.counts is not None:
+            lines.extend(["", "counts (from the event log):", render(self.counts)])
+        if self.exported:
+            shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.exported.items()))
+            lines.append(f"worker /metrics (whole database): {shown}")
+        return "\n".join(lines)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at.isoformat(),
+            "seed": self.config.seed,
+            "schedule": self.schedule.fingerprint(),
+            "steps": len(self.submitted),
+            "workers": self.config.workers,
+            "max_in_progress": self.config.max_in_progress,
+            "prefix": self.prefix,
+            "settled": self.settled,
+            "submit_seconds": self.submit_seconds,
+            "settle_seconds": self.settle_seconds,
+            "bound_seconds": self.config.bound,
+            "kills_fired": dict(self.kills_fired),
+            "kills_planned": self.schedule.kills(),
+            "faults": dict(self.faults),
+            "worker_exits": dict(self.worker_exits),
+            "agent": dict(self.agent),
+            "scenarios": {k: dict(v) for k, v in self.scenario_states.items()},
+            "violations": [str(v) for v in self.verdict.violations] if self.verdict else None,
+            "counts": as_json(self.counts) if self.counts is not None else None,
+            "exported": self.exported,
+        }
+
+
+def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
+    """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
+    sweeps so that a killed worker's step is verified within seconds."""
+    t = config.timing
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLSAFE_")}
+    env.update(
+        {
+            "TOOLSAFE_BROKER_URL": config.broker,
+            "TOOLSAFE_DATABASE_URL": config.database,
+            "TOOLSAFE_ADAPTERS": "adapters.examples",
+            "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream_url,
+            "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": str(t.consistency_window),
+            "TOOLSAFE_EXAMPLE_TIMEOUT": str(t.call_timeout),
+            "TOOLSAFE_TASK_SOFT_TIME_LIMIT": str(t.call_timeout + 2),
+            "TOOLSAFE_TASK_TIME_LIMIT": str(t.call_timeout + 3),
+            "TOOLSAFE_LEASE_SECONDS": str(t.call_timeout + 4),
+            "TOOLSAFE_SWEEP_INTERVAL": "0.5",
+            # Lost hints (a broker flush) are republished after this; well above the
+            # queue's latency, or every queued step would be published again and again.
+            "TOOLSAFE_REPUBLISH_AFTER": "15",
+            "TOOLSAFE_MAX_ETA": "5",
+            "TOOLSAFE_VISIBILITY_TIMEOUT": "150",
+            "TOOLSAFE_RETRY_BASE_DELAY": "0.2",
+            "TOOLSAFE_RETRY_MAX_DELAY": "2",
+            "TOOLSAFE_VERIFY_BASE_DELAY": "0.3",
+            "TOOLSAFE_VERIFY_MAX_DELAY": "1.5",
+            "TOOLSAFE_FAULTS_ENABLED": "1",
+            "TOOLSAFE_FAULT_PLAN": str(workdir / "fault-plan.json"),
+            "TOOLSAFE_FAULT_STATE_DIR": str(workdir / "fired"),
+        }
+    )
+    return env
+
+
+class _Run:
+    """One chaos run: owns the processes, the client and the report while it lasts."""
+
+    def __init__(self, config: ChaosConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.schedule = build_schedule(config.seed, config.size, config.timing)
+        self.prefix = f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}/"
+        self.by_name = {s.name: s for s in scenarios(config.timing)}
+        self.report = ChaosReport(
+            config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
+        )
+        self.engine: Engine = make_engine(config.database)
+        self.procs: list[Proc] = []
+        self.workers: Workers | None = None
+        self.downstream: Downstream | None = None
+        self.client: Any = None
+        self.answered: set[tuple[str, str]] = set()
+        self.metrics_port: int | None = None
+
+    def ref(self, index: int) -> str:
+        return f"{self.prefix}{index:05d}"
+
+    # -------------------------------------------------------------- setup, teardown
+
+    def start(self) -> None:
+        from tasks.app import create_app
+        from tasks.client import Client
+        from tasks.settings import Settings
+
+        config = self.config
+        migrate(config.database)
+        plan = {
+            self.ref(step.index): {step.kill_at: "kill"}
+            for step in self.schedule.steps
+            if step.kill_at is not None
+        }
+        faults.write_plan(self.workdir / "fault-plan.json", plan)
+        flush_broker(config.broker, config.keep_keys)
+        self.downstream = Downstream(self.workdir, child_env(config, self.workdir, ""))
+        env = child_env(config, self.workdir, self.downstream.url)
+        extra: dict[int, dict[str, str]] = {}
+        if config.metrics:
+            self.metrics_port = free_port()
+            extra[0] = {"TOOLSAFE_METRICS_PORT": str(self.metrics_port)}
+        self.workers = Workers(config.workers, env, self.workdir, self.prefix[6:-1], extra)
+        self.workers.start()
+        self.procs.append(start_beat(env, self.workdir))
+        self.client = Client(create_app(Settings.from_env(env)))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+        if self.workers is not None:
+            self.workers.stop()
+        if self.downstream is not None:
+            self.downstream.stop()
+        self.engine.dispose()
+
+    # -------------------------------------------------------------- the schedule
+
+    def perform(self) -> None:
+        started = time.monotonic()
+        for action in self.schedule.actions:
+            if action.kind == "submit":
+                self.wait_for_room(len(action.steps))
+                for index in action.steps:
+                    self.submit(index)
+                self.tend()
+                time.sleep(self.config.batch_interval)
+            elif action.kind == "duplicate":
+                task = EXECUTE_TASK if action.task == "execute" else VERIFY_TASK
+                for index in action.steps:
+                    self.client.app.send_task(task, args=(self.ref(index),))
+                self.report.faults[f"duplicate {action.task} message"] += len(action.steps)
+            elif action.kind == "flush_broker":
+                deleted = flush_broker(self.config.broker, self.config.keep_keys)
+                self.report.faults["broker flush"] += 1
+                self.report.faults["broker keys dropped"] += deleted
+            elif action.kind == "kill_db_connections":
+                killed = kill_db_connections(self.config.database)
+                self.report.faults["postgres connection-kill round"] += 1
+                self.report.faults["postgres connections terminated"] += killed
+        self.report.submit_seconds = time.monotonic() - started
+
+    def wait_for_room(self, incoming: int) -> None:
+        """Hold the next batch while the workers have ``max_in_progress`` steps to do."""
+        limit = self.config.max_in_progress
+        if limit <= 0:
+            return
+        deadline = time.monotonic() + self.config.bound
+        while time.monotonic() < deadline:
+            observed = self.tend()
+            busy = sum(
+                1
+                for step in observed.values()
+                if step.state.value not in TERMINAL_VALUES and step.state not in WAITING_ON_HUMAN
+            )
+            if busy + incoming <= max(limit, incoming):
+                return
+            time.sleep(0.2)
+
+    def submit(self, index: int) -> None:
+        planned = self.schedule.steps[index]
+        scenario = self.by_name[planned.scenario]
+        ref = self.ref(index)
+        assert self.downstream is not None
+        for fault in scenario.faults:
+            self.downstream.add_fault(ref, fault)
+            self.report.faults[f"downstream {fault['fault']}"] += 1
+        self.client.submit(scenario.tool, step_input(scenario, index), operation_ref=ref)
+        self.report.submitted.append(ref)
+
+    # -------------------------------------------------------------- while it runs
+
+    def observe(self) -> dict[str, Observed]:
+        query = select(steps.c.operation_ref, steps.c.state, steps.c.commit_state).where(
+            steps.c.operation_ref.startswith(self.prefix, autoescape=True)
+        )
+        for attempt in range(5):
+            try:
+                with self.engine.connect() as conn:
+                    rows = conn.execute(query).all()
+                break
+            except Exception:  # a connection killed by the run itself
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+        return {ref: Observed(StepState(state), commit) for ref, state, commit in rows}
+
+    def tend(self) -> dict[str, Observed]:
+        """Restart dead workers, answer the steps that wait on the agent; the steps as
+        they are afterwards."""
+        assert self.workers is not None
+        self.workers.restart_dead()
+        observed = self.observe()
+        answers = [
+            (ref, step.state)
+            for ref, step in observed.items()
+            if step.state in WAITING_ON_HUMAN and (ref, step.state.value) not in self.answered
+        ]
+        for ref, state in answers:
+            self.answer(ref, state)
+        return self.observe() if answers else observed
+
+    def answer(self, ref: str, state: StepState) -> None:
+        index = int(ref.rsplit("/", 1)[1])
+        scenario = self.by_name[self.schedule.steps[index].scenario]
+        try:
+            if state is StepState.NEEDS_INPUT:
+                self.client.provide_input(ref, corrected_input(scenario, index))
+                self.report.agent["corrected input"] += 1
+            else:
+                self.client.approve(ref, approver="chaos-agent", reason="chaos run approves")
+                self.report.agent["approvals"] += 1
+        except ToolsafeError as error:
+            # Refused (the state moved on, or the correction was not accepted): the
+            # agent answers each waiting state once; what remains waits on a human.
+            self.report.agent[f"refused {type(error).__name__}"] += 1
+        except Exception:
+            # The database connection may be one the run just killed: try next round.
+            log.warning("agent answer failed; retrying", extra={"event": "chaos_agent_retry"})
+            return
+        self.answered.add((ref, state.value))
+
+    def complete(self, observed: Mapping[str, Observed]) -> bool:
+        """Every step terminal, or waiting on a human after the agent answered it once."""
+        if len(observed) < len(self.report.submitted):
+            return False
+        return all(
+            step.state.value in TERMINAL_VALUES
+            or (step.state in WAITING_ON_HUMAN and (ref, step.state.value) in self.answered)
+            for ref, step in observed.items()
+        )
+
+    def settle(self) -> dict[str, Observed]:
+        started = time.monotonic()
+        deadline = started + self.config.bound
+        observed = self.tend()
+        while not self.complete(observed) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            observed = self.tend()
+        self.report.settled = self.complete(observed)
+        self.report.settle_seconds = time.monotonic() - started
+        return observed
+
+    # -------------------------------------------------------------- the verdict
+
+    def conclude(self, observed: Mapping[str, Observed]) -> None:
+        report = self.report
+        assert self.downstream is not None and self.workers is not None
+        effects = self.downstream.effects()
+        report.verdict = check_invariant(report.submitted, observed, effects)
+        report.counts = read_counts(self.engine, self.prefix)
+        for planned in self.schedule.steps:
+            ref = self.ref(planned.index)
+            step = observed.get(ref)
+            states = report.scenario_states.setdefault(planned.scenario, Counter())
+            states[step.state.value if step else "lost"] += 1
+        for record in faults.fired(self.workdir / "fired"):
+            if record.get("action") == "kill":
+                report.kills_fired[str(record.get("point"))] += 1
+        self.workers.restart_dead()
+        for code in self.workers.exits:
+            report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
+        if self.metrics_port is not None:
+            report.exported = scrape(self.metrics_port)
+
+
+_SAMPLE = re.compile(r"^(toolsafe_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$")
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A few figures from the first worker's /metrics (empty when it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    wanted = {
+        'toolsafe_steps{state="succeeded"}': "steps succeeded",
+        'toolsafe_unknown_outcomes_resolved_total{resolution="committed"}': "found committed",
+        "toolsafe_counts_up": "counts up",
+    }
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and (match.group(1) + (match.group(2) or "")) in wanted:
+            found[wanted[match.group(1) + (match.group(2) or "")]] = float(match.group(3))
+    return found
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    # SIGTERM unwinds like Ctrl-C, so the workers, beat and downstream are stopped too.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run(config: ChaosConfig) -> ChaosReport:
+    """The whole chaos run; the report says whether the invariant held."""
+    check_broker(config.broker)
+    if config.workers < 1:
+        raise ValueError("need at least one worker")
+    workdir = config.workdir or Path(tempfile.mkdtemp(prefix="toolsafe-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    chaos = _Run(config, workdir)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        chaos.start()
+        chaos.perform()
+        observed = chaos.settle()
+        chaos.conclude(observed)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        chaos.stop()
+    write_json(workdir / "report.json", chaos.report.json())
+    return chaos.report

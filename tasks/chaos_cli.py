@@ -1,0 +1,120 @@
+"""The ``toolsafe chaos`` and ``toolsafe stats`` subcommands (wired into ``tasks.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_VIOLATIONS = 1
+
+
+def stats(args: argparse.Namespace) -> int:
+    from recovery.counts import as_json, render
+    from recovery.db import make_engine
+    from tasks.metrics import exposition, read_counts
+
+    url = args.database
+    if url is None:
+        from tasks.settings import Settings
+
+        url = Settings.from_env().database_url
+    engine = make_engine(url)
+    try:
+        if args.prometheus:
+            sys.stdout.write(exposition(engine))
+            return 0
+        counts = read_counts(engine, args.prefix)
+    finally:
+        engine.dispose()
+    if args.json:
+        sys.stdout.write(json.dumps(as_json(counts), indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render(counts) + "\n")
+    return 0
+
+
+def chaos(args: argparse.Namespace) -> int:
+    from tasks.chaos import ChaosConfig, run
+    from tasks.chaos_plan import ScheduleSize
+
+    config = ChaosConfig(
+        broker=args.broker,
+        database=args.database,
+        size=ScheduleSize(
+            steps=args.steps,
+            kills=args.kills,
+            broker_flushes=args.broker_flushes,
+            db_kill_rounds=args.db_kill_rounds,
+            duplicates=args.duplicates,
+            batch=args.batch,
+        ),
+        workers=args.workers,
+        seed=args.seed,
+        batch_interval=args.batch_interval,
+        max_in_progress=args.max_in_progress,
+        bound=args.bound,
+        workdir=Path(args.workdir) if args.workdir else None,
+        keep_keys=tuple(args.keep_key or ()),
+    )
+    report = run(config)
+    sys.stdout.write(f"command: {command_line(args)}\n")
+    sys.stdout.write(report.text() + "\n")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.json(), indent=2) + "\n", "utf-8")
+    return 0 if report.ok else EXIT_VIOLATIONS
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The run's options as one command (the broker and database as given)."""
+    words = ["toolsafe", "chaos"]
+    for name in (
+        "broker", "database", "steps", "workers", "kills", "broker_flushes", "db_kill_rounds",
+        "duplicates", "batch", "batch_interval", "max_in_progress", "seed", "bound",
+    ):  # fmt: skip
+        words += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return shlex.join(words)
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``stats`` and ``chaos`` to the CLI's subparsers."""
+    st = commands.add_parser("stats", help="the article's counts over the step store")
+    st.add_argument("--database", help="database URL (default: TOOLSAFE_DATABASE_URL)")
+    st.add_argument("--prefix", help="only operation_refs starting with this")
+    form = st.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON")
+    form.add_argument(
+        "--prometheus", action="store_true", help="print what the workers' /metrics serve"
+    )
+    st.set_defaults(handler=stats)
+
+    ch = commands.add_parser(
+        "chaos",
+        help="prove it under faults: real workers, SIGKILLs, broker flushes, DB kills",
+        description="Runs real celery workers, beat and the naive example downstream; "
+        "exits 1 when the invariant is violated.",
+    )
+    ch.add_argument(
+        "--broker", required=True, help="a dedicated Redis db, not 0 (its keys are deleted)"
+    )
+    ch.add_argument("--database", required=True, help="a PostgreSQL database URL")
+    ch.add_argument("--steps", type=int, default=300)
+    ch.add_argument("--workers", type=int, default=3)
+    ch.add_argument("--kills", type=int, default=30, help="SIGKILLs at fault points")
+    ch.add_argument("--broker-flushes", type=int, default=1)
+    ch.add_argument("--db-kill-rounds", type=int, default=1)
+    ch.add_argument("--duplicates", type=int, default=60, help="duplicate messages published")
+    ch.add_argument("--batch", type=int, default=20, help="steps submitted at once")
+    ch.add_argument("--batch-interval", type=float, default=0.25)
+    ch.add_argument(
+        "--max-in-progress", type=int, default=150, help="hold submissions above this backlog"
+    )
+    ch.add_argument("--seed", type=int, default=6)
+    ch.add_argument("--bound", type=float, default=150.0, help="seconds allowed to settle")
+    ch.add_argument("--workdir", help="where logs, the fault plan and report.json go")
+    ch.add_argument("--report", help="also write the JSON report here")
+    ch.add_argument("--keep-key", action="append", help="a broker key a flush keeps")
+    ch.set_defaults(handler=chaos)
