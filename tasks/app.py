@@ -15,12 +15,15 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import after_setup_logger, worker_init, worker_process_init
+from kombu.exceptions import ChannelError
 
 from adapters.errors import ToolsafeError
 from celeryconfig import (
     ESCALATE_TASK,
+    EXECUTE_QUEUE,
     EXECUTE_TASK,
     SWEEP_TASK,
+    VERIFY_QUEUE,
     VERIFY_TASK,
     build_config,
     task_limits,
@@ -30,6 +33,8 @@ from tasks.escalation import Handler, load_handlers
 from tasks.logs import JsonFormatter
 from tasks.runtime import Runtime, reset_after_fork
 from tasks.settings import Settings
+
+log = logging.getLogger("toolsafe.app")
 
 
 class Publisher:
@@ -66,6 +71,27 @@ class Publisher:
 
     def escalation(self, operation_ref: str) -> None:
         self.app.send_task(ESCALATE_TASK, args=(operation_ref,))
+
+    def backlog(self) -> int | None:
+        """Hints waiting in the execute and verify queues; None when the broker can't say."""
+        try:
+            with self.app.connection_for_read() as connection:
+                channel = connection.default_channel
+                total = 0
+                for queue in (EXECUTE_QUEUE, VERIFY_QUEUE):
+                    try:
+                        declared = channel.queue_declare(queue=queue, passive=True)
+                    except ChannelError:
+                        continue  # the queue does not exist (yet): nothing waits in it
+                    total += int(declared.message_count)
+                return total
+        except Exception as error:  # the sweep must run even when the count fails
+            log.warning(
+                "cannot read the queue backlog: %s",
+                type(error).__name__,
+                extra={"event": "backlog_unknown"},
+            )
+            return None
 
 
 class ToolsafeApp(Celery):  # type: ignore[misc]
@@ -122,7 +148,7 @@ def _register_tasks(app: ToolsafeApp) -> None:
 
     @app.task(**options(SWEEP_TASK))  # type: ignore[untyped-decorator]
     def sweep() -> dict[str, int]:
-        return pipeline.sweep(runtime, publisher)
+        return pipeline.sweep(runtime, publisher, publisher.backlog)
 
 
 def create_app(settings: Settings | None = None, main: str = "toolsafe") -> ToolsafeApp:

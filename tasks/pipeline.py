@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
@@ -209,8 +210,15 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
     return "notified" if not failed else "handler_failed"
 
 
-def sweep(runtime: Runtime, hints: Hints) -> dict[str, int]:
-    """Expired leases → verification (R4); due work whose hint was lost → published (R7)."""
+def sweep(
+    runtime: Runtime, hints: Hints, backlog: Callable[[], int | None] | None = None
+) -> dict[str, int]:
+    """Expired leases → verification (R4); due work whose hint was lost → published (R7).
+
+    ``backlog`` tells how many hints already wait in the broker. While that exceeds a
+    sweep batch the hints are flowing, so re-publishing would only pile duplicates onto
+    a queue that workers are still draining; lost hints are re-published once it drains.
+    """
     store = runtime.store
     settings = runtime.settings
     now = utcnow()
@@ -224,9 +232,16 @@ def sweep(runtime: Runtime, hints: Hints) -> dict[str, int]:
             state=str(recorded.step.state),
         )
         carry_out(runtime, hints, recorded, now)
-    due = store.due_work(
-        now, limit=settings.sweep_batch, republish_after=timedelta(seconds=settings.republish_after)
-    )
+    waiting = backlog() if backlog is not None else None
+    if waiting is not None and waiting > settings.sweep_batch:
+        _event("republish_deferred", "-", backlog=waiting)
+        due: list[StepRecord] = []
+    else:
+        due = store.due_work(
+            now,
+            limit=settings.sweep_batch,
+            republish_after=timedelta(seconds=settings.republish_after),
+        )
     for step in due:
         if step.state is StepState.VERIFYING:
             hints.verify(step.operation_ref, None, now)
