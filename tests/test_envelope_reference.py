@@ -1,0 +1,64 @@
+"""docs/envelope-reference.md agrees with the code catalogue and the runtime's reasons."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from adapters.codes import CATALOGUE
+from recovery.reasons import REASONS, REFUSALS
+from tasks import reference
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "envelope-reference.md"
+
+
+def _summary_rows(text: str) -> dict[str, list[str]]:
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("| [`"):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            code = cells[0].split("`")[1]
+            rows[code] = cells[1:]
+    return rows
+
+
+def test_doc_is_what_the_generator_renders() -> None:
+    assert DOC.read_text(encoding="utf-8") == reference.render(), (
+        "docs/envelope-reference.md is stale: run "
+        "`python -m tasks.reference > docs/envelope-reference.md`"
+    )
+
+
+def test_every_catalogue_code_is_documented_with_its_classification() -> None:
+    rows = _summary_rows(DOC.read_text(encoding="utf-8"))
+    assert set(rows) == set(CATALOGUE)
+    for code, spec in CATALOGUE.items():
+        assert rows[code] == [
+            spec.category,
+            spec.commit_state,
+            spec.directive,
+            spec.next_action,
+            str(spec.max_attempts_remaining),
+        ], code
+
+
+def test_every_reason_refusal_and_pipeline_code_is_documented() -> None:
+    from tasks.pipeline import UNKNOWN_TOOL
+
+    text = DOC.read_text(encoding="utf-8")
+    for code in (*REASONS, *REFUSALS, UNKNOWN_TOOL):
+        assert f"| `{code}` |" in text, code
+
+
+def test_the_documented_command_prints_the_page() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tasks.reference"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stdout == DOC.read_text(encoding="utf-8")
