@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Row
 
-from adapters.envelope import CommitState, to_wire
+from adapters.envelope import AnySuccess, CommitState, Verification, to_wire
 from adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
 from recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
 from recovery.policy import ToolTraits
@@ -168,6 +169,19 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
         summary["unavailable"] = True
         summary["code"] = result.code
     return {"lookup": summary}
+
+
+def verified_success(operation_ref: str, found: LookupFound) -> dict[str, Any]:
+    """The ToolSuccess a successful verification stands for, as wire JSON."""
+    verification = Verification(checked_at=found.checked_at, evidence_ref=found.evidence_ref)
+    try:
+        success = AnySuccess(
+            operation_ref=operation_ref, result=found.result, verification=verification
+        )
+    except ValidationError:
+        # A lookup result that is not plain JSON still proves the commit; keep the proof.
+        success = AnySuccess(operation_ref=operation_ref, result=None, verification=verification)
+    return to_wire(success)
 
 
 def json_ready(values: Mapping[str, Any]) -> dict[str, Any]:

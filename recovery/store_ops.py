@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, Update, bindparam, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from adapters.protocol import LookupFound
 from recovery.decide import decide
 from recovery.outcomes import Decision, Executed, LookedUp, Outcome
 from recovery.policy import Policy, ToolTraits
@@ -28,6 +29,7 @@ from recovery.rows import (
     outcome_detail,
     snapshot,
     verification_refusal,
+    verified_success,
 )
 from recovery.schema import step_events, steps
 from recovery.states import LABELS, StepState
@@ -392,6 +394,10 @@ def record(
     values = decision_values(decision)
     if isinstance(outcome, Executed):
         values["last_envelope"] = outcome_detail(outcome)["envelope"]
+    elif decision.state is StepState.SUCCEEDED and isinstance(outcome.result, LookupFound):
+        # The model must see the success that verification proved, not the stale
+        # OUTCOME_UNKNOWN it was shown while the lookup ran.
+        values["last_envelope"] = verified_success(current.operation_ref, outcome.result)
     row = cas_update(conn, current, values, now, lease_owner=owner)
     if row is None:
         return None

@@ -328,7 +328,17 @@ def test_record_lookup_results(
     recorded = store.record(claim, LookedUp(result), traits=WRITE, policy=POLICY, now=now, rng=RNG)
     assert recorded is not None and recorded.step.state is state
     assert recorded.step.lease_owner is None and recorded.step.attempts == 1
-    assert recorded.step.last_envelope == store.events("r1")[2].detail["envelope"]
+    if isinstance(result, LookupFound):
+        # The model now sees the success verification proved, not the stale unknown.
+        assert recorded.step.last_envelope == {
+            "ok": True,
+            "operation_ref": "r1",
+            "commit_state": "committed",
+            "result": {"id": 1},
+            "verification": {"checked_at": "2026-03-01T12:00:00Z", "evidence_ref": "inv_9"},
+        }
+    else:
+        assert recorded.step.last_envelope == store.events("r1")[2].detail["envelope"]
     event = store.events("r1")[-1]
     assert event.kind == "looked_up" and "result" not in event.detail["lookup"]
     if isinstance(result, LookupUnavailable):
