@@ -83,6 +83,14 @@ def _decide(
                 f"step {step.operation_ref} is {step.state}; only a waiting step "
                 f"({', '.join(sorted(WAITING))}) can be cancelled",
             )
+        if step.commit_state == "unknown":
+            # The downstream may hold the write: a cancelled step would leave it orphaned
+            # and unreported. Verification (bounded) or an operator settles it first.
+            raise TransitionRefused(
+                R.UNKNOWN_NOT_CANCELLABLE,
+                f"step {step.operation_ref} may already have written downstream (outcome "
+                "unknown, being verified); wait for verification or ask an operator to resolve",
+            )
         extra = {"by": outcome.by, "reason": outcome.reason}
         return _to(step, S.CANCELLED, "cancel", step.commit_state, reason=R.CANCELLED, extra=extra)
     if isinstance(outcome, Resolved):

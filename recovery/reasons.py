@@ -43,6 +43,7 @@ INVALID_INPUT: Final = "INVALID_INPUT"
 NOT_AWAITING_APPROVAL: Final = "NOT_AWAITING_APPROVAL"
 APPROVAL_INPUT_MISMATCH: Final = "APPROVAL_INPUT_MISMATCH"
 NOT_CANCELLABLE: Final = "NOT_CANCELLABLE"
+UNKNOWN_NOT_CANCELLABLE: Final = "UNKNOWN_NOT_CANCELLABLE"
 NOT_ESCALATED: Final = "NOT_ESCALATED"
 INVALID_RESOLUTION: Final = "INVALID_RESOLUTION"
 REDRIVE_UNVERIFIABLE: Final = "REDRIVE_UNVERIFIABLE"
@@ -56,6 +57,10 @@ REFUSALS: Final[dict[str, str]] = {
     NOT_AWAITING_APPROVAL: "an approval or rejection for a step not in awaiting_approval",
     APPROVAL_INPUT_MISMATCH: "the approval was given for another input than the one requested",
     NOT_CANCELLABLE: "only a waiting step can be cancelled (not in_flight, not terminal)",
+    UNKNOWN_NOT_CANCELLABLE: (
+        "a write whose outcome is unknown is being verified; cancelling would hide a write "
+        "that may have happened"
+    ),
     NOT_ESCALATED: "operator resolution applies only to an escalated step",
     INVALID_RESOLUTION: "a resolution must go to pending, succeeded or failed",
     REDRIVE_UNVERIFIABLE: "a re-drive of an unknown outcome needs a lookup; resolve by hand",

@@ -313,6 +313,15 @@ def test_waiting_states_can_be_cancelled(state: StepState) -> None:
     assert decision.extra == {"by": "agent-svc", "reason": "user gave up"}
 
 
+def test_a_step_verifying_an_unknown_write_cannot_be_cancelled() -> None:
+    # The downstream may hold the write; cancelling would hide it from everyone.
+    snapshot = step(S.VERIFYING, commit_state="unknown")
+    with pytest.raises(TransitionRefused) as refused:
+        run(snapshot, Cancelled(by="agent-svc", reason="user gave up"))
+    assert refused.value.code == R.UNKNOWN_NOT_CANCELLABLE
+    assert "unknown" in refused.value.message
+
+
 @pytest.mark.parametrize("state", sorted({S.IN_FLIGHT} | TERMINAL))
 def test_other_states_cannot_be_cancelled(state: StepState) -> None:
     with pytest.raises(TransitionRefused) as refused:
