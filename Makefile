@@ -33,3 +33,15 @@ schema: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# The benchmarks of DESIGN §10 (docs/benchmarks.md): several minutes against the real
+# Redis (database 12) and PostgreSQL (database toolsafe_bench, created and dropped).
+# Extra options for every program: make bench BENCH_ARGS="--broker redis://127.0.0.1:6379/13"
+.PHONY: bench
+BENCH_ARGS ?=
+
+bench: venv
+	$(BIN)/python -m benchmarks.throughput --repeat 3 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.recovery_latency $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.profile_step --top 12 $(BENCH_ARGS)

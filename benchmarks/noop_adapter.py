@@ -1,0 +1,57 @@
+"""``bench_write``: a write adapter that calls nothing and succeeds, for the benchmarks.
+
+``TOOLSAFE_ADAPTERS=benchmarks.noop_adapter`` loads it. Its "call" only sleeps
+``call_ms``, the same stand-in for a downstream that the hand-rolled baseline task uses.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import ClassVar, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
+from adapters.protocol import Adapter, CallContext, LookupNotFound, LookupResult
+from adapters.registry import Registry
+
+TOOL: Final = "bench_write"
+
+
+class BenchInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(ge=0)
+    # Long calls let the recovery benchmark kill a worker while the call runs.
+    call_ms: float = Field(default=1.0, ge=0, le=60_000)
+
+
+class BenchWrite(Adapter[BenchInput]):
+    """Succeeds after ``call_ms``; writes nothing anywhere, so a lookup finds nothing."""
+
+    tool: ClassVar[str] = TOOL
+    writes: ClassVar[bool] = True
+    input_model: ClassVar[type[BaseModel]] = BenchInput
+    has_lookup: ClassVar[bool] = True
+
+    def execute(
+        self, data: BenchInput, operation_ref: str, context: CallContext
+    ) -> AnySuccess | ToolError:
+        if data.call_ms:
+            time.sleep(data.call_ms / 1000)
+        now = datetime.now(UTC)
+        return ToolSuccess(
+            operation_ref=operation_ref,
+            result={"n": data.n},
+            verification=Verification(checked_at=now, evidence_ref=f"bench:{data.n}"),
+        )
+
+    def lookup(self, operation_ref: str) -> LookupResult:
+        # Nothing is ever written, so nothing can be found: a lost call is run again
+        # (under the same operation_ref) once verification has said so.
+        return LookupNotFound(checked_at=datetime.now(UTC))
+
+
+def register(registry: Registry) -> None:
+    registry.register(BenchWrite())

@@ -1,0 +1,317 @@
+"""End-to-end throughput: N tool calls through toolsafe against plain Celery.
+
+``python -m benchmarks.throughput --steps 2000`` runs the same N calls three ways on the
+same pool and concurrency: a plain no-op task, a hand-rolled task (INSERT+commit, a 1 ms
+call, UPDATE+commit) and toolsafe (submit, claim, the no-op ``bench_write`` adapter with
+the same 1 ms call, record). Each is measured twice: end to end (the client submits while
+the worker runs) and as a drain (the queue filled first, then the worker let loose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from celery import Celery
+
+from benchmarks import baseline
+from benchmarks.common import (
+    BenchDatabase,
+    BenchError,
+    BrokerDb,
+    Worker,
+    add_service_options,
+    backend_cpu_seconds,
+    header,
+    load_average,
+    run_main,
+    running,
+    start_worker,
+    wait_until,
+    worker_env,
+)
+from benchmarks.noop_adapter import TOOL
+from celeryconfig import EXECUTE_QUEUE, QUEUES
+from tasks.app import create_app
+from tasks.client import Client
+from tasks.settings import Settings
+
+MODES: Final = ("noop", "rows", "toolsafe")
+LABELS: Final = {
+    "noop": "plain Celery, no-op task",
+    "rows": "plain Celery, INSERT / call / UPDATE",
+    "toolsafe": "toolsafe, bench_write adapter",
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    mode: str
+    steps: int
+    e2e_seconds: float
+    submit_seconds: float
+    drain_seconds: float
+    worker_cpu: float
+    database_cpu: float
+    ready_seconds: float
+
+    @property
+    def e2e_rate(self) -> float:
+        return self.steps / self.e2e_seconds
+
+    @property
+    def drain_rate(self) -> float:
+        return self.steps / self.drain_seconds
+
+
+class Target:
+    """One way of running the calls: its worker, its submit and its completion check."""
+
+    def __init__(self, mode: str, env: dict[str, str], call_ms: float) -> None:
+        self.mode = mode
+        self.call_ms = call_ms
+        settings = Settings.from_env(env)
+        self.client: Client | None = None
+        self.app: Celery
+        if mode == "toolsafe":
+            self.app_name, self.queues = "tasks", list(QUEUES)
+            self.consume_queue = EXECUTE_QUEUE
+            self.client = Client(create_app(settings))
+            self.app = self.client.app
+        else:
+            self.app_name, self.queues = "benchmarks.baseline", [baseline.QUEUE]
+            self.consume_queue = baseline.QUEUE
+            self.app = baseline.create_app(settings)
+
+    def submit(self, ref: str, n: int) -> None:
+        if self.client is not None:
+            self.client.submit(TOOL, {"n": n, "call_ms": self.call_ms}, operation_ref=ref)
+        elif self.mode == "rows":
+            self.app.send_task(baseline.ROWS_TASK, args=(ref, self.call_ms))
+        else:
+            self.app.send_task(baseline.NOOP_TASK)
+
+    def done_count(self, database: BenchDatabase, prefix: str) -> int | None:
+        """How many calls of this batch finished, by the database (None: nothing to read)."""
+        if self.mode == "noop":
+            return None
+        table, done = ("steps", "succeeded") if self.mode == "toolsafe" else ("bench_calls", "done")
+        with database.connect() as conn:
+            row = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE state = %s AND operation_ref LIKE %s",  # noqa: S608 - fixed names
+                (done, prefix + "%"),
+            ).fetchone()
+        count = row[0] if row else 0
+        assert isinstance(count, int)
+        return count
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        else:
+            self.app.close()
+
+
+def _batch(
+    target: Target,
+    broker: BrokerDb,
+    database: BenchDatabase,
+    count: int,
+    *,
+    before_wait: Callable[[], None] | None = None,
+) -> tuple[float, float, float]:
+    """Submit ``count`` calls and wait until all are done: (start, submitted, done)."""
+    prefix = f"b{uuid.uuid4().hex[:8]}/"
+    started = time.perf_counter()
+    for n in range(count):
+        target.submit(f"{prefix}{n}", n)
+    submitted = time.perf_counter()
+    if before_wait is not None:
+        before_wait()
+        started = time.perf_counter()
+    timeout = 60 + count * 0.1
+    wait_until(lambda: broker.outstanding(target.queues) == 0, timeout, "the queue to drain")
+    finished = time.perf_counter()
+    # The broker says every message was acknowledged; the database must agree.
+    if target.mode != "noop":
+        wait_until(
+            lambda: target.done_count(database, prefix) == count,
+            30,
+            f"{count} {target.mode} calls to be recorded as done",
+            interval=0.1,
+        )
+    return started, submitted, finished
+
+
+def run_mode(
+    mode: str, args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
+) -> Run:
+    broker.clear()
+    env = worker_env(broker.url, database.url)
+    target = Target(mode, env, args.call_ms)
+    worker: Worker = start_worker(
+        target.app_name,
+        target.queues,
+        env=env,
+        directory=tmp,
+        name=mode,
+        pool=args.pool,
+        concurrency=args.concurrency,
+        loglevel=args.loglevel,
+    )
+    try:
+        with running(worker):
+            ready = worker.wait_ready()
+            destination = [f"{worker.name}@{_hostname()}"]
+            if args.warmup:
+                _batch(target, broker, database, args.warmup)
+            cpu_before = worker.cpu_seconds()
+            db_before = backend_cpu_seconds(database)
+            started, submitted, finished = _batch(target, broker, database, args.steps)
+            cpu_after = worker.cpu_seconds()
+            db_after = backend_cpu_seconds(database)
+            # The drain: the worker stops consuming, the queue fills, the worker resumes.
+            reply = target.app.control.cancel_consumer(
+                target.consume_queue, destination=destination, reply=True, timeout=10
+            )
+            if not reply:
+                raise BenchError(f"the {mode} worker did not answer cancel_consumer")
+
+            def resume() -> None:
+                target.app.control.add_consumer(
+                    target.consume_queue, destination=destination, reply=False
+                )
+
+            drain_start, _, drain_end = _batch(
+                target, broker, database, args.steps, before_wait=resume
+            )
+    finally:
+        target.close()
+    return Run(
+        mode=mode,
+        steps=args.steps,
+        e2e_seconds=finished - started,
+        submit_seconds=submitted - started,
+        drain_seconds=drain_end - drain_start,
+        worker_cpu=cpu_after - cpu_before,
+        database_cpu=db_after - db_before,
+        ready_seconds=ready,
+    )
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _median(runs: list[Run], value: Callable[[Run], float]) -> float:
+    return statistics.median(value(run) for run in runs)
+
+
+def _per_step(attribute: str) -> Callable[[Run], float]:
+    return lambda run: float(getattr(run, attribute)) / run.steps * 1000
+
+
+def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
+    print("\nmedians; ms/step = 1000 / rate (wall); CPU = ms of CPU per step during the")
+    print("end-to-end batch, in the worker's processes and in PostgreSQL's backends")
+    print(
+        f"{'mode':38} {'e2e/s':>7} {'ms/step':>7} {'drain/s':>7} {'ms/step':>7} "
+        f"{'wCPU':>6} {'dbCPU':>6} {'submit ms':>9}"
+    )
+    for mode, runs in results.items():
+        e2e = _median(runs, lambda r: r.e2e_rate)
+        drain = _median(runs, lambda r: r.drain_rate)
+        cpu = _median(runs, _per_step("worker_cpu"))
+        db_cpu = _median(runs, _per_step("database_cpu"))
+        submit = _median(runs, _per_step("submit_seconds"))
+        print(
+            f"{LABELS[mode]:38} {e2e:7.1f} {1000 / e2e:7.2f} {drain:7.1f} {1000 / drain:7.2f} "
+            f"{cpu:6.2f} {db_cpu:6.2f} {submit:9.3f}"
+        )
+    if len(args.repeat_values) > 1:
+        print("\nall runs (e2e/s, drain/s):")
+        for mode, runs in results.items():
+            shown = ", ".join(f"{r.e2e_rate:.0f}/{r.drain_rate:.0f}" for r in runs)
+            print(f"  {mode:9} {shown}")
+    if "toolsafe" not in results:
+        return
+    tool = results["toolsafe"]
+    print("\nratios (toolsafe / baseline; 1.00 = as fast) and per-step overhead:")
+    for mode in ("noop", "rows"):
+        if mode not in results:
+            continue
+        base = results[mode]
+        print(f"  vs {LABELS[mode]}:")
+        for phase, value in (("e2e", lambda r: r.e2e_rate), ("drain", lambda r: r.drain_rate)):
+            ours, theirs = _median(tool, value), _median(base, value)
+            extra = 1000 / ours - 1000 / theirs
+            print(f"    {phase:10} {ours / theirs:5.2f}x  {extra:+6.2f} ms/step wall")
+        for name, attribute in (("worker CPU", "worker_cpu"), ("db CPU", "database_cpu")):
+            extra = _median(tool, _per_step(attribute)) - _median(base, _per_step(attribute))
+            print(f"    {name:10} {extra:+6.2f} ms/step")
+    print(f"\nload average at the end: {load_average()}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.throughput", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--steps", type=int, default=2000, help="calls per measurement")
+    parser.add_argument("--warmup", type=int, default=50, help="calls before measuring")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each mode, interleaved")
+    parser.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--call-ms", type=float, default=1.0, help="the stand-in call's time")
+    parser.add_argument("--loglevel", default="INFO", help="the workers' log level")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
+    )
+    add_service_options(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        raise BenchError(f"--modes: unknown {', '.join(unknown) or '(none)'}; known: {MODES}")
+    if args.steps < 1 or args.repeat < 1 or args.warmup < 0:
+        raise BenchError("--steps and --repeat must be at least 1, --warmup at least 0")
+    args.repeat_values = list(range(args.repeat))
+    header(
+        f"throughput: {args.steps} calls, pool {args.pool} x{args.concurrency}, "
+        f"call {args.call_ms:g} ms, log level {args.loglevel}"
+    )
+    results: dict[str, list[Run]] = {mode: [] for mode in modes}
+    with (
+        BrokerDb(args.broker, held_by_caller=args.broker_held_by_caller) as broker,
+        BenchDatabase(args.database, drop_existing=args.drop_existing) as database,
+        tempfile.TemporaryDirectory(prefix="toolsafe-bench-") as tmp,
+    ):
+        database.execute(baseline.CALLS_TABLE_DDL)
+        for round_number in args.repeat_values:
+            for mode in modes:
+                run = run_mode(mode, args, broker, database, Path(tmp))
+                results[mode].append(run)
+                print(
+                    f"round {round_number + 1} {mode:9} e2e {run.e2e_rate:7.1f}/s  "
+                    f"drain {run.drain_rate:7.1f}/s  worker ready in {run.ready_seconds:.1f}s  "
+                    f"load {load_average()}",
+                    flush=True,
+                )
+    report(results, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main, None))
