@@ -70,6 +70,18 @@ class Recorded:
     decision: Decision
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """What ``StepStore.submit`` did: the step, and its ``submitted`` event when new."""
+
+    step: StepRecord
+    event: EventRecord | None
+
+    @property
+    def created(self) -> bool:
+        return self.event is not None
+
+
 def step_record(row: Row[Any]) -> StepRecord:
     return StepRecord(
         id=row.id,

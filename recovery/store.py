@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, func, select, update
+from sqlalchemy import Connection, Engine, Row, func, select
 
 from adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from adapters.errors import ToolsafeError
 from adapters.protocol import FieldError
 from recovery import store_ops as ops
+from recovery import store_sql as sql
 from recovery import store_sweep as sweep
 from recovery.canonical import changed_fields, input_hash
 from recovery.db import READ_ONLY, make_engine, with_db_retry
@@ -34,7 +35,15 @@ from recovery.outcomes import (
     TransitionRefused,
 )
 from recovery.policy import Policy, ToolTraits
-from recovery.records import Claim, EventRecord, Recorded, StepRecord, event_record, step_record
+from recovery.records import (
+    Claim,
+    EventRecord,
+    Recorded,
+    StepRecord,
+    Submitted,
+    event_record,
+    step_record,
+)
 from recovery.rows import NOOP_REASONS
 from recovery.schema import step_events, steps
 from recovery.states import StepState
@@ -50,6 +59,7 @@ __all__ = [
     "StepNotFound",
     "StepRecord",
     "StepStore",
+    "Submitted",
     "Validator",
     "new_operation_ref",
 ]
@@ -148,15 +158,39 @@ class StepStore:
         operation_ref: str | None,
         policy: Policy,
         now: datetime,
+        published_at: datetime | None = None,
     ) -> tuple[StepRecord, bool]:
         """Commit a ``pending`` step due now; returns (step, created). Idempotent by
         operation_ref; a different tool/input raises ``OperationRefConflict``."""
+        done = self.submit(
+            tool,
+            input,
+            operation_ref=operation_ref,
+            policy=policy,
+            now=now,
+            published_at=published_at,
+        )
+        return done.step, done.created
+
+    def submit(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        *,
+        operation_ref: str | None,
+        policy: Policy,
+        now: datetime,
+        published_at: datetime | None = None,
+    ) -> Submitted:
+        """``create_step``, plus the new step's ``submitted`` event (None when the ref
+        existed). ``published_at`` stamps the hint the caller publishes after the commit;
+        a lost one is re-published by the sweeper after ``republish_after`` (R7)."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
             raise InvalidOperationRef(ref)
         digest = input_hash(input)
 
-        def work(conn: Connection) -> tuple[Row[Any], bool]:
+        def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
             return ops.insert_step(
                 conn,
                 tool=tool,
@@ -165,18 +199,19 @@ class StepStore:
                 operation_ref=ref,
                 max_attempts=policy.retry.max_attempts,
                 now=now,
+                published_at=published_at,
             )
 
-        row, created = self._write(work)
-        if not created:
+        row, event = self._write(work)
+        if event is None:
             if row.tool != tool:
                 raise OperationRefConflict(ref, "tool")
             if row.input_hash != digest:
                 raise OperationRefConflict(ref, "input")
-        return step_record(row), created
+        return Submitted(step_record(row), event)
 
     def get(self, operation_ref: str) -> StepRecord:
-        row = self._read(lambda conn: ops.fetch(conn, operation_ref))
+        row = self._read(lambda conn: sql.fetch(conn, operation_ref))
         if row is None:
             raise StepNotFound(operation_ref)
         return step_record(row)
@@ -184,12 +219,8 @@ class StepStore:
     def events(self, operation_ref: str) -> list[EventRecord]:
         """Every event about the operation_ref, oldest first (including ``noop``s about
         an operation_ref that has no step)."""
-        query = (
-            select(step_events)
-            .where(step_events.c.operation_ref == operation_ref)
-            .order_by(step_events.c.id)
-        )
-        return [event_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
+        rows = self._read(lambda conn: conn.execute(sql.EVENTS, {"ref": operation_ref}).all())
+        return [event_record(row) for row in rows]
 
     def list_steps(
         self, states: Sequence[StepState] | None = None, limit: int = 100
@@ -301,10 +332,8 @@ class StepStore:
 
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
-        statement = (
-            update(steps).where(steps.c.operation_ref == operation_ref).values(published_at=now)
-        )
-        updated = self._write(lambda conn: conn.execute(statement).rowcount)
+        parameters = {"ref": operation_ref, "published_at": now}
+        updated = self._write(lambda conn: conn.execute(sql.MARK_PUBLISHED, parameters).rowcount)
         if updated == 0:
             raise StepNotFound(operation_ref)
 
@@ -323,7 +352,7 @@ class StepStore:
         values_for: Callable[[Row[Any], Decision], Mapping[str, Any]] | None = None,
     ) -> Recorded:
         def work(conn: Connection) -> ops.Decided | None:
-            current = ops.fetch(conn, operation_ref, lock=True)
+            current = sql.fetch(conn, operation_ref, lock=True)
             if current is None:
                 raise StepNotFound(operation_ref)
             return ops.apply_action(

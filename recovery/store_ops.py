@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, Update, bindparam, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Row,
+    Select,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from adapters.protocol import LookupFound
 from recovery.decide import decide
 from recovery.outcomes import Decision, Executed, LookedUp, Outcome
 from recovery.policy import Policy, ToolTraits
-from recovery.records import StepRecord
+from recovery.records import EventRecord, StepRecord
 from recovery.rows import (
     CLAIMABLE,
     decision_detail,
@@ -33,106 +45,67 @@ from recovery.rows import (
 )
 from recovery.schema import step_events, steps
 from recovery.states import LABELS, StepState
+from recovery.store_sql import (
+    Change,
+    append_event,
+    cas_update,
+    event_parameters,
+    fetch,
+    with_event,
+)
 
 S = StepState
 Decided = tuple[Row[Any], Decision]
 
 CLAIM_LABEL_VERIFY = "claimed for verification"
-
-
-# The hot statements are built once with bind parameters: building and cache-keying a
-# Core statement per call costs more than the database round trip it describes.
-_BY_REF = select(steps).where(steps.c.operation_ref == bindparam("ref"))
-_BY_REF_LOCKED = _BY_REF.with_for_update()
-_BY_ID = select(steps).where(steps.c.id == bindparam("id"))
-_EVENT = insert(step_events)
-_CAS: dict[tuple[tuple[str, ...], bool], Update] = {}
-
-
-def fetch(conn: Connection, operation_ref: str, *, lock: bool = False) -> Row[Any] | None:
-    query = _BY_REF_LOCKED if lock and conn.dialect.name == "postgresql" else _BY_REF
-    return conn.execute(query, {"ref": operation_ref}).first()
-
-
-def fetch_by_id(conn: Connection, step_id: int) -> Row[Any] | None:
-    return conn.execute(_BY_ID, {"id": step_id}).first()
-
-
-def append_event(
-    conn: Connection,
-    *,
-    step_id: int | None,
-    operation_ref: str,
-    at: datetime,
-    kind: str,
-    from_state: str | None,
-    to_state: str | None,
-    label: str,
-    detail: Mapping[str, Any],
-) -> None:
-    conn.execute(
-        _EVENT,
-        {
-            "step_id": step_id,
-            "operation_ref": operation_ref,
-            "at": at,
-            "kind": kind,
-            "from_state": from_state,
-            "to_state": to_state,
-            "label": label,
-            "detail": json_ready(detail),
-        },
-    )
-
-
-def _cas_statement(columns: tuple[str, ...], owned: bool) -> Update:
-    statement = _CAS.get((columns, owned))
-    if statement is None:
-        guard = [
-            steps.c.id == bindparam("cas_id"),
-            steps.c.state == bindparam("cas_state"),
-            steps.c.version == bindparam("cas_version"),
-        ]
-        if owned:
-            guard.append(steps.c.lease_owner == bindparam("cas_owner"))
-        values: dict[str, Any] = {
-            column: bindparam(f"set_{column}", type_=steps.c[column].type) for column in columns
-        }
-        statement = (
-            update(steps)
-            .where(*guard)
-            .values(
-                **values,
-                version=steps.c.version + 1,
-                updated_at=bindparam("set_updated_at", type_=steps.c.updated_at.type),
-            )
-            .returning(*steps.c)
-        )
-        _CAS[(columns, owned)] = statement
-    return statement
-
-
-def cas_update(
-    conn: Connection,
-    row: Row[Any] | StepRecord,
-    values: Mapping[str, Any],
-    now: datetime,
-    *,
-    lease_owner: str | None = None,
-) -> Row[Any] | None:
-    """``UPDATE … WHERE id AND state AND version [AND lease_owner]``; None when it lost."""
-    columns = tuple(sorted(values))
-    parameters = {f"set_{column}": values[column] for column in columns}
-    parameters.update(
-        cas_id=row.id, cas_state=str(row.state), cas_version=row.version, set_updated_at=now
-    )
-    if lease_owner is not None:
-        parameters["cas_owner"] = lease_owner
-    statement = _cas_statement(columns, lease_owner is not None)
-    return conn.execute(statement, parameters).first()
+SUBMITTED = "submitted"
 
 
 # ------------------------------------------------------------------ create
+
+
+def _insert_statement(dialect_name: str) -> Select[Any] | Insert:
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    columns = (
+        "operation_ref",
+        "tool",
+        "input",
+        "input_hash",
+        "state",
+        "commit_state",
+        "attempts",
+        "max_attempts",
+        "verification_attempts",
+        "lookups_unavailable",
+        "due_at",
+        "flagged_fields",
+        "fingerprint_repeats",
+        "published_at",
+        "version",
+        "created_at",
+        "updated_at",
+    )
+    # ON CONFLICT DO NOTHING: two submissions of one operation_ref racing both succeed,
+    # one of them as "already there" (R2), instead of one failing on the unique index.
+    statement: Insert = (
+        dialect.insert(steps)
+        .values({column: bindparam(column, type_=steps.c[column].type) for column in columns})
+        .on_conflict_do_nothing(index_elements=[steps.c.operation_ref])
+        .returning(*steps.c)
+    )
+    if dialect_name != "postgresql":
+        return statement
+    return with_event(statement, event_id=True)
+
+
+_INSERT: dict[str, Select[Any] | Insert] = {}
+
+
+def submitted_change(tool: str, input_hash: str, max_attempts: int) -> Change:
+    """The ``submitted`` event of a new step (its only event until a worker claims it)."""
+    return Change(
+        SUBMITTED, SUBMITTED, {"tool": tool, "input_hash": input_hash, "max_attempts": max_attempts}
+    )
 
 
 def insert_step(
@@ -144,9 +117,21 @@ def insert_step(
     operation_ref: str,
     max_attempts: int,
     now: datetime,
-) -> tuple[Row[Any], bool]:
-    """Insert the pending step unless its operation_ref exists; (row, created)."""
-    values: dict[str, Any] = {
+    published_at: datetime | None = None,
+) -> tuple[Row[Any], EventRecord | None]:
+    """Insert the pending step unless its operation_ref exists; (row, its ``submitted``
+    event, or None when the step already existed).
+
+    ``published_at`` stamps the hint the caller is about to publish, saving a second
+    transaction; if that publish never happens, the sweeper republishes once
+    ``republish_after`` has passed since the stamp.
+    """
+    name = conn.dialect.name
+    statement = _INSERT.get(name)
+    if statement is None:
+        statement = _INSERT[name] = _insert_statement(name)
+    change = submitted_change(tool, input_hash, max_attempts)
+    parameters: dict[str, Any] = {
         "operation_ref": operation_ref,
         "tool": tool,
         "input": dict(input),
@@ -160,37 +145,45 @@ def insert_step(
         "due_at": now,
         "flagged_fields": [],
         "fingerprint_repeats": 0,
+        "published_at": published_at,
         "version": 1,
         "created_at": now,
         "updated_at": now,
     }
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    # ON CONFLICT DO NOTHING: two submissions of one operation_ref racing both succeed,
-    # one of them as "already there" (R2), instead of one failing on the unique index.
-    statement = (
-        dialect.insert(steps)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=[steps.c.operation_ref])
-        .returning(*steps.c)
-    )
-    row = conn.execute(statement).first()
+    one_statement = name == "postgresql"
+    if one_statement:
+        parameters.update(event_parameters(change, None, now))
+    row = conn.execute(statement, parameters).first()
     if row is None:
         existing = fetch(conn, operation_ref)
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise RuntimeError(f"operation_ref {operation_ref!r} conflicted but is not there")
-        return existing, False
-    append_event(
-        conn,
-        step_id=row.id,
+        return existing, None
+    if one_statement:
+        event_id = int(row.event_id)
+    else:
+        event_id = append_event(
+            conn,
+            step_id=row.id,
+            operation_ref=operation_ref,
+            at=now,
+            kind=change.kind,
+            from_state=None,
+            to_state=S.PENDING.value,
+            label=change.label,
+            detail=change.detail,
+        )
+    event = EventRecord(
+        id=event_id,
         operation_ref=operation_ref,
-        at=now,
-        kind="submitted",
+        at=now.astimezone(UTC),  # as the database gives it back
+        kind=change.kind,
         from_state=None,
-        to_state=S.PENDING.value,
-        label="submitted",
-        detail={"tool": tool, "input_hash": input_hash, "max_attempts": max_attempts},
+        to_state=S.PENDING,
+        label=change.label,
+        detail=json_ready(change.detail),
     )
-    return row, True
+    return row, event
 
 
 # ------------------------------------------------------------------ claims
@@ -206,15 +199,40 @@ def _claim_values(row: Row[Any], owner: str, lease: timedelta, now: datetime) ->
     }
 
 
-def _claim_fast_statement() -> Update:
+def _claim_change(owner: str, attempt: int | None, lease_expires_at: datetime) -> Change:
+    detail: dict[str, Any] = {"claim": "execute", "owner": owner}
+    if attempt is not None:
+        detail["attempt"] = attempt
+    # As the row gives it back: UTC (``schema.UTCDateTime``).
+    detail["lease_expires_at"] = lease_expires_at.astimezone(UTC)
+    return Change("claimed", "", detail)
+
+
+def _claim_event_columns(moved: Any) -> tuple[Any, Any, Any]:
+    """The claim's event from the claimed row: the prior state names the lifecycle edge,
+    and the attempt is the row's new count."""
+    label = case(
+        (moved.c.prior_state == S.PENDING.value, LABELS[(S.PENDING, S.IN_FLIGHT)]),
+        else_=LABELS[(S.WAITING_RETRY, S.IN_FLIGHT)],
+    )
+    detail = bindparam("ev_detail", type_=step_events.c.detail.type).op("||")(
+        func.jsonb_build_object(literal_column("'attempt'"), moved.c.attempts)
+    )
+    return moved.c.prior_state, label, detail
+
+
+def _claim_fast_statement() -> Select[Any]:
     prior_steps = steps.alias("prior_steps")
     prior = (
         select(prior_steps.c.id, prior_steps.c.state.label("prior_state"))
         .where(prior_steps.c.operation_ref == bindparam("ref"))
+        # Locked, so the prior state read here is the row's newest version: a claim that
+        # waited on another transaction must not label its event with a stale state.
+        .with_for_update()
         .subquery("prior")
     )
     now = bindparam("now", type_=steps.c.updated_at.type)
-    return (
+    claim = (
         update(steps)
         .where(
             steps.c.id == prior.c.id,
@@ -234,6 +252,7 @@ def _claim_fast_statement() -> Update:
         )
         .returning(*steps.c, prior.c.prior_state)
     )
+    return with_event(claim, _claim_event_columns)
 
 
 _CLAIM_FAST = _claim_fast_statement()
@@ -241,57 +260,41 @@ _CLAIM_FAST = _claim_fast_statement()
 
 def _claim_fast(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
-) -> tuple[Row[Any], str] | None:
-    """PostgreSQL: one ``UPDATE … FROM … RETURNING`` that also returns the prior state.
+) -> Row[Any] | None:
+    """PostgreSQL: one statement that claims the row, returns it with its prior state,
+    and appends the ``claimed`` event (R10).
 
     The guard is evaluated again on the newest row version if another transaction got
     there first, so of many concurrent claims exactly one matches.
     """
+    lease_expires_at = now + lease
     parameters = {
         "ref": operation_ref,
         "owner": owner,
-        "lease_expires_at": now + lease,
+        "lease_expires_at": lease_expires_at,
         "now": now,
+        **event_parameters(_claim_change(owner, None, lease_expires_at), None, now),
     }
-    found = conn.execute(_CLAIM_FAST, parameters).first()
-    if found is None:
-        return None
-    return found, found.prior_state
+    return conn.execute(_CLAIM_FAST, parameters).first()
 
 
 def claim_execution(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
 ) -> Row[Any] | None:
     """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3)."""
-    claimed: tuple[Row[Any], str] | None = None
-    current: Row[Any] | None = None
     if conn.dialect.name == "postgresql":
         claimed = _claim_fast(conn, operation_ref, owner, lease, now)
+        if claimed is not None:
+            return claimed
     else:
         current = fetch(conn, operation_ref)
         if execution_refusal(current, now) is None and current is not None:
-            row = cas_update(conn, current, _claim_values(current, owner, lease, now), now)
+            values = _claim_values(current, owner, lease, now)
+            change = _claim_change(owner, values["attempts"], values["lease_expires_at"])
+            label = LABELS[(S(current.state), S.IN_FLIGHT)]
+            row = cas_update(conn, current, values, now, change=change._replace(label=label))
             if row is not None:
-                claimed = (row, current.state)
-    if claimed is not None:
-        row, prior_state = claimed
-        append_event(
-            conn,
-            step_id=row.id,
-            operation_ref=operation_ref,
-            at=now,
-            kind="claimed",
-            from_state=prior_state,
-            to_state=S.IN_FLIGHT.value,
-            label=LABELS[(S(prior_state), S.IN_FLIGHT)],
-            detail={
-                "claim": "execute",
-                "owner": owner,
-                "attempt": row.attempts,
-                "lease_expires_at": row.lease_expires_at,
-            },
-        )
-        return row
+                return row
     current = fetch(conn, operation_ref)
     if (
         current is not None
@@ -313,25 +316,24 @@ def claim_verification(
     current = fetch(conn, operation_ref)
     refusal = verification_refusal(current, now)
     if refusal is None and current is not None:
+        lease_expires_at = now + lease
+        change = Change(
+            "claimed",
+            CLAIM_LABEL_VERIFY,
+            {
+                "claim": "verify",
+                "owner": owner,
+                "lease_expires_at": lease_expires_at.astimezone(UTC),
+            },
+        )
         row = cas_update(
-            conn, current, {"lease_owner": owner, "lease_expires_at": now + lease}, now
+            conn,
+            current,
+            {"lease_owner": owner, "lease_expires_at": lease_expires_at},
+            now,
+            change=change,
         )
         if row is not None:
-            append_event(
-                conn,
-                step_id=row.id,
-                operation_ref=operation_ref,
-                at=now,
-                kind="claimed",
-                from_state=current.state,
-                to_state=row.state,
-                label=CLAIM_LABEL_VERIFY,
-                detail={
-                    "claim": "verify",
-                    "owner": owner,
-                    "lease_expires_at": row.lease_expires_at,
-                },
-            )
             return row
         current = fetch(conn, operation_ref)
         refusal = verification_refusal(current, now)
@@ -392,26 +394,21 @@ def record(
     current = claimed
     decision = decide(snapshot(current, traits), outcome, now, policy, rng)
     values = decision_values(decision)
+    observed = outcome_detail(outcome)  # the envelope is serialised once, for both uses
     if isinstance(outcome, Executed):
-        values["last_envelope"] = outcome_detail(outcome)["envelope"]
+        values["last_envelope"] = observed["envelope"]
     elif decision.state is StepState.SUCCEEDED and isinstance(outcome.result, LookupFound):
         # The model must see the success that verification proved, not the stale
         # OUTCOME_UNKNOWN it was shown while the lookup ran.
         values["last_envelope"] = verified_success(current.operation_ref, outcome.result)
-    row = cas_update(conn, current, values, now, lease_owner=owner)
+    change = Change(
+        "executed" if isinstance(outcome, Executed) else "looked_up",
+        decision.label,
+        {**observed, **decision_detail(decision)},
+    )
+    row = cas_update(conn, current, values, now, lease_owner=owner, change=change)
     if row is None:
         return None
-    append_event(
-        conn,
-        step_id=row.id,
-        operation_ref=row.operation_ref,
-        at=now,
-        kind="executed" if isinstance(outcome, Executed) else "looked_up",
-        from_state=current.state,
-        to_state=row.state,
-        label=decision.label,
-        detail={**outcome_detail(outcome), **decision_detail(decision)},
-    )
     return row, decision
 
 
@@ -435,18 +432,8 @@ def apply_action(
     values = decision_values(decision)
     if values_for is not None:
         values.update(values_for(current, decision))
-    row = cas_update(conn, current, values, now)
+    change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
+    row = cas_update(conn, current, values, now, change=change)
     if row is None:
         return None
-    append_event(
-        conn,
-        step_id=row.id,
-        operation_ref=row.operation_ref,
-        at=now,
-        kind=kind,
-        from_state=current.state,
-        to_state=row.state,
-        label=decision.label,
-        detail={**detail, **decision_detail(decision)},
-    )
     return row, decision

@@ -15,7 +15,8 @@ from recovery.outcomes import LeaseExpired
 from recovery.policy import Policy, ToolTraits
 from recovery.rows import decision_detail, decision_values, iso, snapshot
 from recovery.schema import LEASED_STATE_PREDICATE, WORK_STATE_PREDICATE, steps
-from recovery.store_ops import Decided, append_event, cas_update
+from recovery.store_ops import Decided
+from recovery.store_sql import Change, cas_update
 
 
 def expire_leases(
@@ -46,24 +47,18 @@ def expire_leases(
             policy_for(current.tool),
             rng,
         )
-        row = cas_update(conn, current, decision_values(decision), now)
-        if row is None:
-            continue  # someone else moved it first: theirs
-        append_event(
-            conn,
-            step_id=row.id,
-            operation_ref=row.operation_ref,
-            at=now,
-            kind="lease_expired",
-            from_state=current.state,
-            to_state=row.state,
-            label=decision.label,
-            detail={
+        change = Change(
+            "lease_expired",
+            decision.label,
+            {
                 "owner": current.lease_owner,
                 "lease_expires_at": iso(current.lease_expires_at),
                 **decision_detail(decision),
             },
         )
+        row = cas_update(conn, current, decision_values(decision), now, change=change)
+        if row is None:
+            continue  # someone else moved it first: theirs
         decided.append((row, decision))
     return decided
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.errors import ToolsafeError
@@ -87,21 +88,34 @@ class Client:
         if problems:
             raise InvalidInput(tool, _errors(problems))
         now = utcnow()
-        step, created = runtime.store.create_step(
+        # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
+        # hint published right after. Should that publish be lost, the sweeper
+        # re-publishes once ``republish_after`` has passed since the stamp (R7).
+        submitted = runtime.store.submit(
             tool,
             input,
             operation_ref=operation_ref,
             policy=runtime.policy_for(tool),
             now=now,
+            published_at=now,
         )
-        if created or (step.published_at is None and step.state is StepState.PENDING):
-            # Committed first (R2): if this publish is lost, the sweeper publishes it.
+        step = submitted.step
+        if submitted.event is not None:
+            self.app.publisher.execute(step.operation_ref, None, now)
+            # Nothing happened to a new step yet: its only event is the one just written.
+            return build_view(step, (submitted.event,))
+        if step.state is StepState.PENDING and self._unpublished(step, now):
+            # An earlier submitter committed but may have died before publishing.
             self.app.publisher.execute(step.operation_ref, None, now)
             runtime.store.mark_published(step.operation_ref, utcnow())
-        if created:
-            # Nothing happened to a new step yet: no need to read it back.
-            return build_view(step, runtime.store.events(step.operation_ref)[:1])
         return self.view(step.operation_ref)
+
+    def _unpublished(self, step: StepRecord, now: datetime) -> bool:
+        """No hint, or none recent enough to trust, was published for the step."""
+        if step.published_at is None:
+            return True
+        waited = timedelta(seconds=self.runtime.settings.republish_after)
+        return step.published_at <= now - waited
 
     def view(self, operation_ref: str) -> StepView:
         store = self.runtime.store

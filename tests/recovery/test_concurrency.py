@@ -95,3 +95,42 @@ def test_processes_racing_on_one_database(shared_url: str) -> None:
         assert (step.state, step.attempts) == (StepState.VERIFYING, 1)
         assert [event.kind for event in store.events(ref)].count("lease_expired") == 1
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_state(
+    pg_store: StepStore,
+) -> None:
+    """The claim reads the prior state under a row lock: when another transaction moves
+    the step from one claimable state to another while the claim waits, the ``claimed``
+    event names the state the step really left (without the lock it said ``pending``)."""
+    import threading
+
+    from sqlalchemy import update
+
+    from recovery.schema import steps
+
+    store = pg_store
+    store.create_step("create_invoice", {"n": 1}, operation_ref="race/1", policy=POLICY, now=T0)
+    mover = store.engine.connect()
+    transaction = mover.begin()
+    mover.execute(
+        update(steps)
+        .where(steps.c.operation_ref == "race/1")
+        .values(state="waiting_retry", version=steps.c.version + 1)
+    )
+    claimed: list[object] = []
+    claimer = threading.Thread(
+        target=lambda: claimed.append(store.claim_execution("race/1", "w1", LEASE, T0 + LEASE))
+    )
+    claimer.start()
+    time.sleep(0.5)  # the claim now waits on the mover's row lock
+    assert claimer.is_alive()
+    transaction.commit()
+    mover.close()
+    claimer.join(timeout=10)
+    assert claimed and claimed[0] is not None, "the claim must win once the mover commits"
+    event = store.events("race/1")[-1]
+    assert event.kind == "claimed"
+    assert event.from_state is StepState.WAITING_RETRY
+    assert event.to_state is StepState.IN_FLIGHT

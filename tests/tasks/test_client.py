@@ -58,6 +58,31 @@ def test_submit_commits_then_publishes_once(cluster: Cluster, redis_url: str) ->
     assert _queued(redis_url, ref) == 1
 
 
+def test_submit_again_republishes_only_a_step_whose_publish_is_long_past(
+    cluster: Cluster, redis_url: str
+) -> None:
+    ref = new_ref("client/stale")
+    store = cluster.client.runtime.store
+    # Committed and stamped by a submitter that died before its publish went out.
+    stale = utcnow() - timedelta(seconds=cluster.settings.republish_after + 1)
+    store.create_step(
+        "create_invoice",
+        INVOICE,
+        operation_ref=ref,
+        policy=cluster.settings.policy_for("create_invoice"),
+        now=utcnow(),
+        published_at=stale,
+    )
+    assert _queued(redis_url, ref) == 0
+    view = cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert view.history[0].kind == "submitted" and len(view.history) == 1
+    assert _queued(redis_url, ref) == 1
+    stamped = store.get(ref).published_at
+    assert stamped is not None and stamped > stale
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert _queued(redis_url, ref) == 1, "a fresh stamp: nothing published again"
+
+
 def test_submit_generates_an_operation_ref(cluster: Cluster) -> None:
     view = cluster.client.submit("create_invoice", INVOICE)
     assert view.operation_ref.startswith("op_")
