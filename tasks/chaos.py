@@ -49,6 +49,7 @@ from tasks.chaos_procs import (
     flush_broker,
     free_port,
     kill_db_connections,
+    restart_database,
     start_beat,
     write_json,
 )
@@ -77,6 +78,9 @@ class ChaosConfig:
     workdir: Path | None = None
     keep_keys: tuple[str, ...] = ()  # broker keys a flush leaves alone
     metrics: bool = True  # the first worker exports /metrics; the report scrapes it
+    # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
+    # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
+    pg_restart_command: str | None = None
 
 
 @dataclass
@@ -98,6 +102,7 @@ class ChaosReport:
     verdict: Verdict | None = None
     counts: Counts | None = None
     exported: dict[str, float] = field(default_factory=dict)
+    restart_seconds: list[float] = field(default_factory=list)
 
     @property
     def violations(self) -> int:
@@ -286,6 +291,12 @@ class _Run:
                 deleted = flush_broker(self.config.broker, self.config.keep_keys)
                 self.report.faults["broker flush"] += 1
                 self.report.faults["broker keys dropped"] += deleted
+            elif action.kind == "restart_database":
+                if self.config.pg_restart_command is None:
+                    raise ValueError("a database restart is scheduled but no restart command")
+                away = restart_database(self.config.pg_restart_command, self.config.database)
+                self.report.faults["postgres server restart"] += 1
+                self.report.restart_seconds.append(away)
             elif action.kind == "kill_db_connections":
                 killed = kill_db_connections(self.config.database)
                 self.report.faults["postgres connection-kill round"] += 1

@@ -49,6 +49,7 @@ def chaos(args: argparse.Namespace) -> int:
             kills=args.kills,
             broker_flushes=args.broker_flushes,
             db_kill_rounds=args.db_kill_rounds,
+            db_restarts=args.db_restarts,
             duplicates=args.duplicates,
             batch=args.batch,
         ),
@@ -59,7 +60,11 @@ def chaos(args: argparse.Namespace) -> int:
         bound=args.bound,
         workdir=Path(args.workdir) if args.workdir else None,
         keep_keys=tuple(args.keep_key or ()),
+        pg_restart_command=args.pg_restart_command,
     )
+    if config.size.db_restarts and not config.pg_restart_command:
+        sys.stderr.write("toolsafe chaos: --db-restarts needs --pg-restart-command\n")
+        return 2
     report = run(config)
     sys.stdout.write(f"command: {command_line(args)}\n")
     sys.stdout.write(report.text() + "\n")
@@ -73,9 +78,12 @@ def command_line(args: argparse.Namespace) -> str:
     words = ["toolsafe", "chaos"]
     for name in (
         "broker", "database", "steps", "workers", "kills", "broker_flushes", "db_kill_rounds",
-        "duplicates", "batch", "batch_interval", "max_in_progress", "seed", "bound",
+        "db_restarts", "pg_restart_command", "duplicates", "batch", "batch_interval",
+        "max_in_progress", "seed", "bound",
     ):  # fmt: skip
-        words += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        value = getattr(args, name)
+        if value is not None:
+            words += [f"--{name.replace('_', '-')}", str(value)]
     return shlex.join(words)
 
 
@@ -106,6 +114,13 @@ def add_commands(commands: Any) -> None:
     ch.add_argument("--kills", type=int, default=30, help="SIGKILLs at fault points")
     ch.add_argument("--broker-flushes", type=int, default=1)
     ch.add_argument("--db-kill-rounds", type=int, default=1)
+    ch.add_argument(
+        "--db-restarts", type=int, default=0, help="PostgreSQL server restarts (shared server!)"
+    )
+    ch.add_argument(
+        "--pg-restart-command",
+        help="restarts the server, e.g. 'pg_ctlcluster --skip-systemctl-redirect 15 main restart'",
+    )
     ch.add_argument("--duplicates", type=int, default=60, help="duplicate messages published")
     ch.add_argument("--batch", type=int, default=20, help="steps submitted at once")
     ch.add_argument("--batch-interval", type=float, default=0.25)

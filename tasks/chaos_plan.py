@@ -117,7 +117,9 @@ def corrected_input(scenario: Scenario, index: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the schedule
 
-ActionKind = Literal["submit", "flush_broker", "kill_db_connections", "duplicate"]
+ActionKind = Literal[
+    "submit", "flush_broker", "kill_db_connections", "restart_database", "duplicate"
+]
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ class ScheduleSize:
     kills: int = 30
     broker_flushes: int = 1
     db_kill_rounds: int = 1
+    db_restarts: int = 0
     duplicates: int = 60
     batch: int = 20
 
@@ -192,6 +195,12 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
     # least half the steps are in flight somewhere, so it has messages to destroy.
     flush_after = _spread(rng, len(batches), size.broker_flushes, earliest=len(batches) // 2)
     db_after = _spread(rng, len(batches), size.db_kill_rounds, earliest=0)
+    # Drawn only when asked for: a schedule without restarts is the same as before.
+    restart_after = (
+        _spread(rng, len(batches), size.db_restarts, earliest=len(batches) // 3)
+        if size.db_restarts
+        else []
+    )
     duplicates_per_batch = _share(size.duplicates, len(batches))
     actions: list[Action] = []
     submitted: list[int] = []
@@ -208,6 +217,7 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
                 actions.append(Action("duplicate", verify, "verify"))
         actions.extend(Action("kill_db_connections") for _ in range(db_after.count(number)))
         actions.extend(Action("flush_broker") for _ in range(flush_after.count(number)))
+        actions.extend(Action("restart_database") for _ in range(restart_after.count(number)))
     return Schedule(seed=seed, steps=planned, actions=tuple(actions))
 
 

@@ -83,6 +83,30 @@ def kill_db_connections(database_url: str) -> int:
     return sum(1 for (killed,) in rows if killed)
 
 
+def restart_database(command: str, database_url: str, timeout: float = 60.0) -> float:
+    """Restart the PostgreSQL server with ``command`` and wait until the run's database
+    answers again; returns the seconds it was away."""
+    import shlex
+
+    import psycopg
+
+    from recovery.db import normalize_url
+
+    url = normalize_url(database_url).set(drivername="postgresql")
+    dsn = url.render_as_string(hide_password=False)
+    started = time.monotonic()
+    subprocess.run(shlex.split(command), check=True, timeout=timeout, capture_output=True)
+    while True:
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return time.monotonic() - started
+        except psycopg.OperationalError:
+            if time.monotonic() - started > timeout:
+                raise
+            time.sleep(0.2)
+
+
 def free_port() -> int:
     import socket
 

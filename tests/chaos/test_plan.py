@@ -61,6 +61,21 @@ def test_the_schedule_holds_every_fault_kind_in_order() -> None:
     assert before >= 150
 
 
+def test_database_restarts_are_scheduled_after_a_third_of_the_steps() -> None:
+    from dataclasses import replace
+
+    plain = build_schedule(6, SIZE)
+    assert plain.count("restart_database") == 0
+    schedule = build_schedule(6, replace(SIZE, db_restarts=2))
+    assert schedule.count("restart_database") == 2
+    assert schedule == build_schedule(6, replace(SIZE, db_restarts=2))
+    first = next(n for n, a in enumerate(schedule.actions) if a.kind == "restart_database")
+    before = sum(len(a.steps) for a in schedule.actions[:first] if a.kind == "submit")
+    assert before >= 100
+    # The scenarios and kills do not move when restarts are added.
+    assert schedule.steps == plain.steps
+
+
 def test_every_scenario_is_used_evenly() -> None:
     schedule = build_schedule(1, ScheduleSize(steps=100, kills=0))
     names = [step.scenario for step in schedule.steps]
