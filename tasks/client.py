@@ -21,7 +21,7 @@ from tasks import pipeline
 from tasks.app import ToolsafeApp, create_app, default_app
 from tasks.runtime import utcnow
 from tasks.settings import Settings
-from tasks.views import StepView, build_view
+from tasks.views import NEEDS_AGENT, StepView, build_view
 
 
 class InvalidInput(ToolsafeError, ValueError):
@@ -132,7 +132,7 @@ class Client:
         interval = poll
         while True:
             step = store.get(operation_ref)
-            if build_view(step).needs_agent:
+            if step.state in NEEDS_AGENT:
                 return self.view(operation_ref)
             if time.monotonic() >= deadline:
                 raise WaitTimeout(operation_ref, str(step.state), timeout)

@@ -17,7 +17,7 @@ from adapters.guard import call_adapter, call_lookup
 from adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from recovery.outcomes import Executed, LookedUp
 from recovery.states import StepState
-from recovery.store import Recorded, StepNotFound, StepRecord
+from recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from tasks.escalation import EscalationNotice, Handler, notify
 from tasks.faults import Faults
 from tasks.runtime import Runtime, utcnow
@@ -132,28 +132,14 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
             envelope = call_adapter(runtime.adapter(step.tool), step.input, operation_ref, context)
     else:
         envelope = unknown_tool(operation_ref, step.tool)
-    runtime.faults.hit("after_call", operation_ref)
-    recorded = store.record(
+    return _record(
+        runtime,
+        hints,
         claim,
         Executed(envelope),
-        traits=runtime.traits_for(step.tool),
-        policy=runtime.policy_for(step.tool),
-        now=utcnow(),
-        rng=runtime.rng,
-    )
-    if recorded is None:
-        # Someone expired our lease meanwhile: the step is theirs to verify (R4).
-        _event("lease_lost", operation_ref)
-        return "lease_lost"
-    runtime.faults.hit("after_record", operation_ref)
-    _event(
         "execute_recorded",
-        operation_ref,
-        state=str(recorded.step.state),
-        action=recorded.decision.action,
         code=getattr(envelope, "code", None),
     )
-    return carry_out(runtime, hints, recorded, utcnow())
 
 
 def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
@@ -172,25 +158,38 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
             found = call_lookup(runtime.adapter(step.tool), operation_ref)
     else:
         found = LookupUnavailable(checked_at=utcnow(), code=UNKNOWN_TOOL)
-    runtime.faults.hit("after_call", operation_ref)
-    recorded = store.record(
+    return _record(
+        runtime, hints, claim, LookedUp(found), "verify_recorded", result=type(found).__name__
+    )
+
+
+def _record(
+    runtime: Runtime,
+    hints: Hints,
+    claim: Claim,
+    outcome: Executed | LookedUp,
+    event: str,
+    **fields: Any,
+) -> str:
+    """After the call: record the outcome under the claim, then carry out the Decision."""
+    ref = claim.step.operation_ref
+    tool = claim.step.tool
+    runtime.faults.hit("after_call", ref)
+    recorded = runtime.store.record(
         claim,
-        LookedUp(found),
-        traits=runtime.traits_for(step.tool),
-        policy=runtime.policy_for(step.tool),
+        outcome,
+        traits=runtime.traits_for(tool),
+        policy=runtime.policy_for(tool),
         now=utcnow(),
         rng=runtime.rng,
     )
     if recorded is None:
-        _event("lease_lost", operation_ref)
+        # Someone expired our lease meanwhile: the step is theirs to verify (R4).
+        _event("lease_lost", ref)
         return "lease_lost"
-    runtime.faults.hit("after_record", operation_ref)
-    _event(
-        "verify_recorded",
-        operation_ref,
-        result=type(found).__name__,
-        state=str(recorded.step.state),
-    )
+    runtime.faults.hit("after_record", ref)
+    state = str(recorded.step.state)
+    _event(event, ref, state=state, action=recorded.decision.action, **fields)
     return carry_out(runtime, hints, recorded, utcnow())
 
 

@@ -46,6 +46,8 @@ class Runtime:
         self._store: StepStore | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
+        # Built once per tool: the settings never change, and this is on the hot path.
+        self._policies: dict[str, Policy] = {}
         _RUNTIMES.add(self)
 
     @property
@@ -111,7 +113,10 @@ class Runtime:
         )
 
     def policy_for(self, tool: str) -> Policy:
-        return self.settings.policy_for(tool)
+        policy = self._policies.get(tool)
+        if policy is None:
+            policy = self._policies[tool] = self.settings.policy_for(tool)
+        return policy
 
 
 def reset_after_fork() -> None:
