@@ -20,6 +20,7 @@ COPY adapters ./adapters
 COPY recovery ./recovery
 COPY tasks ./tasks
 COPY celeryconfig.py ./
+COPY toolsafe ./toolsafe
 RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /app toolsafe \
     && chown toolsafe /app

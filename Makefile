@@ -23,7 +23,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy adapters recovery tasks celeryconfig.py
+	$(BIN)/mypy toolsafe tests benchmarks
 
 pytest: venv
 	$(BIN)/pytest -W error $(PYTEST_ARGS)

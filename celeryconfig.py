@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from kombu.entity import Queue
 
-from tasks.settings import Settings, SettingsError
+from toolsafe.settings import Settings, SettingsError
 
 EXECUTE_QUEUE: Final = "toolsafe.execute"
 VERIFY_QUEUE: Final = "toolsafe.verify"
@@ -90,7 +90,7 @@ def build_config(settings: Settings) -> dict[str, Any]:
     fs_broker = settings.broker_url.startswith("filesystem://")
     return {
         # kombu's own file-system transport can hand out half-written messages.
-        "broker_transport": "tasks.demo_broker:Transport" if fs_broker else None,
+        "broker_transport": "toolsafe.broker.filesystem:Transport" if fs_broker else None,
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend,
         "broker_transport_options": dict(transport),

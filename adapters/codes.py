@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from adapters.envelope import Category, CommitState, Directive, NextAction, Retry, ToolError
-from adapters.redaction import safe_details_for
+from toolsafe.adapters.envelope import (
+    Category,
+    CommitState,
+    Directive,
+    NextAction,
+    Retry,
+    ToolError,
+)
+from toolsafe.adapters.redaction import safe_details_for
 
 OUTCOME_UNKNOWN: Final = "OUTCOME_UNKNOWN"
 UPSTREAM_ERROR: Final = "UPSTREAM_ERROR"
@@ -335,7 +342,7 @@ def spec_for(code: str) -> CodeSpec:
     try:
         return CATALOGUE[code]
     except KeyError:
-        raise KeyError(f"error code {code!r} is not in adapters.codes.CATALOGUE") from None
+        raise KeyError(f"error code {code!r} is not in toolsafe.adapters.codes.CATALOGUE") from None
 
 
 def render(template: str, details: Mapping[str, object]) -> str:

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from adapters import codes
-from adapters.envelope import (
+from toolsafe.adapters import codes
+from toolsafe.adapters.envelope import (
     AnySuccess,
     NextAction,
     ToolError,
@@ -23,7 +23,7 @@ from adapters.envelope import (
     parse_result,
     to_wire,
 )
-from adapters.protocol import (
+from toolsafe.adapters.protocol import (
     Adapter,
     CallContext,
     FieldError,

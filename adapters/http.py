@@ -15,9 +15,9 @@ from typing import Any, ClassVar, Final
 import httpx
 from pydantic import JsonValue
 
-from adapters import codes
-from adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
-from adapters.http_responses import (
+from toolsafe.adapters import codes
+from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.http_responses import (
     Observed,
     Sent,
     body_texts,
@@ -28,7 +28,7 @@ from adapters.http_responses import (
     snake_case,
     transport_failure,
 )
-from adapters.protocol import (
+from toolsafe.adapters.protocol import (
     Adapter,
     CallContext,
     InputT,
@@ -37,7 +37,7 @@ from adapters.protocol import (
     LookupResult,
     LookupUnavailable,
 )
-from adapters.redaction import clean_text, looks_like_instructions, safe_text
+from toolsafe.adapters.redaction import clean_text, looks_like_instructions, safe_text
 
 log = logging.getLogger("toolsafe.adapters.http")
 

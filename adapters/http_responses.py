@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 
 import httpx
 
-from adapters.redaction import RedactingFilter
+from toolsafe.adapters.redaction import RedactingFilter
 
 # httpcore's DEBUG trace carries raw response headers and httpx's INFO request line the
 # upstream reason phrase: both are upstream text. Filters on a logger do not reach its children,

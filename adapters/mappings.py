@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from adapters.envelope import AnySuccess, ToolError, to_wire
+from toolsafe.adapters.envelope import AnySuccess, ToolError, to_wire
 
 PROBLEM_CONTENT_TYPE: Final = "application/problem+json"
 PROBLEM_TYPE_PREFIX: Final = "urn:toolsafe:code:"

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.envelope import AnySuccess, ToolError
 
 InputT = TypeVar("InputT", bound=BaseModel)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from adapters.envelope import DETAIL_KEY_PATTERN, MAX_DETAIL_STRING, MAX_DETAILS, SafeValue
+from toolsafe.adapters.envelope import DETAIL_KEY_PATTERN, MAX_DETAIL_STRING, MAX_DETAILS, SafeValue
 
 MAX_SCAN: Final = 65_536
 """Longer text is cut before scanning: nothing that long is ever passed on anyway."""

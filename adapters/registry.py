@@ -10,8 +10,8 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
-from adapters.protocol import Adapter
+from toolsafe.adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
+from toolsafe.adapters.protocol import Adapter
 
 
 class Registry:

@@ -2,7 +2,7 @@
 
 ``celery -A benchmarks.baseline worker`` finds the app, built on first use from the same
 ``TOOLSAFE_*`` environment as toolsafe's own app and with the same Celery settings
-(``celeryconfig.build_config``), so only what toolsafe adds differs between the two.
+(``toolsafe.celeryconfig.build_config``), so only what toolsafe adds differs between the two.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from celery import Celery
 from kombu.entity import Queue
 from sqlalchemy import Engine, text
 
-from celeryconfig import build_config
-from recovery.db import make_engine
-from tasks.settings import Settings
+from toolsafe.celeryconfig import build_config
+from toolsafe.recovery.db import make_engine
+from toolsafe.settings import Settings
 
 QUEUE: Final = "bench.plain"
 NOOP_TASK: Final = "bench.noop"

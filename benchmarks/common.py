@@ -141,7 +141,7 @@ class BenchDatabase:
             raise BenchError(f"PostgreSQL is not reachable: {error}") from None
 
     def __enter__(self) -> BenchDatabase:
-        from recovery.db import migrate
+        from toolsafe.recovery.db import migrate
 
         with self._admin() as conn:
             exists = conn.execute(

@@ -12,9 +12,9 @@ from typing import ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
-from adapters.protocol import Adapter, CallContext, LookupNotFound, LookupResult
-from adapters.registry import Registry
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.protocol import Adapter, CallContext, LookupNotFound, LookupResult
+from toolsafe.adapters.registry import Registry
 
 TOOL: Final = "bench_write"
 

@@ -169,11 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--steps must be at least 1")
     profile = not args.no_profile
     header(f"profile of one step, in process, {args.steps} steps, call 0 ms")
-    from recovery.db import make_engine
-    from tasks import pipeline
-    from tasks.app import create_app
-    from tasks.client import Client
-    from tasks.settings import Settings
+    from toolsafe.recovery.db import make_engine
+    from toolsafe.settings import Settings
+    from toolsafe.tasks import pipeline
+    from toolsafe.tasks.app import create_app
+    from toolsafe.tasks.client import Client
 
     with (
         BrokerDb(args.broker, held_by_caller=args.broker_held_by_caller) as broker,

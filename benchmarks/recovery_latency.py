@@ -37,9 +37,9 @@ from benchmarks.common import (
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
-from celeryconfig import QUEUES
-from recovery.states import TERMINAL
-from tasks.faults import fired, write_plan
+from toolsafe.celeryconfig import QUEUES
+from toolsafe.recovery.states import TERMINAL
+from toolsafe.tasks.faults import fired, write_plan
 
 POINTS: Final = ("after_claim", "during_call")
 # The call the during_call fault interrupts: long enough that the kill lands inside it.
@@ -96,9 +96,9 @@ def _ts(value: datetime | None) -> float:
 def measure_toolsafe(
     point: str, args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
 ) -> Recovery:
-    from tasks.app import create_app
-    from tasks.client import Client
-    from tasks.settings import Settings
+    from toolsafe.settings import Settings
+    from toolsafe.tasks.app import create_app
+    from toolsafe.tasks.client import Client
 
     ref = f"rec/{point}/{uuid.uuid4().hex[:10]}"
     plan = tmp / f"plan-{uuid.uuid4().hex[:6]}.json"
@@ -110,7 +110,7 @@ def measure_toolsafe(
     store = client.runtime.store
     try:
         first = start_worker(
-            "tasks", QUEUES, env=env, directory=tmp, name="doomed", pool=args.pool,
+            "toolsafe", QUEUES, env=env, directory=tmp, name="doomed", pool=args.pool,
             concurrency=args.concurrency,
         )  # fmt: skip
         with running(first):
@@ -121,7 +121,7 @@ def measure_toolsafe(
             killed_at = float(fired(state_dir)[0]["at"])
             # The fault killed the pool process; the rest of the worker dies with it.
         second = start_worker(
-            "tasks", QUEUES, env=env, directory=tmp, name="rescuer", pool=args.pool,
+            "toolsafe", QUEUES, env=env, directory=tmp, name="rescuer", pool=args.pool,
             concurrency=args.concurrency,
         )  # fmt: skip
         with running(second):
@@ -165,7 +165,7 @@ def measure_baseline(
             baseline.RESTORE_ENV: f"{args.sweep_interval:g}",
         },
     )
-    from tasks.settings import Settings
+    from toolsafe.settings import Settings
 
     app = baseline.create_app(Settings.from_env(env))
 
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The sweeper runs as its own service (docker-compose's beat), untouched by
             # the kill; it reads the fault-free settings of the same deployment.
             beat_env = worker_env(broker.url, database.url, toolsafe_env(args, tmp / "none"))
-            with running(start_beat("tasks", env=beat_env, directory=tmp)) as beat:
+            with running(start_beat("toolsafe", env=beat_env, directory=tmp)) as beat:
                 beat.wait_ready(marker="beat: Starting")
                 for point in points:
                     run = measure_toolsafe(point, args, broker, database, tmp)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters import codes
-from adapters.redaction import (
+from toolsafe.adapters import codes
+from toolsafe.adapters.redaction import (
     RedactingFilter,
     clean_text,
     looks_like_instructions,

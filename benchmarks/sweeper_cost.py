@@ -25,11 +25,11 @@ from benchmarks.common import (
     load_average,
     run_main,
 )
-from recovery.db import make_engine
-from recovery.policy import Policy, ToolTraits
-from recovery.schema import WORK_STATE_PREDICATE
-from recovery.store import StepStore
-from tasks.settings import PolicySettings
+from toolsafe.recovery.db import make_engine
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.schema import WORK_STATE_PREDICATE
+from toolsafe.recovery.store import StepStore
+from toolsafe.settings import PolicySettings
 
 PARTIAL_INDEXES: Final = ("ix_steps_due_work", "ix_steps_leases")
 SWEEP_BATCH: Final = 500
@@ -89,7 +89,7 @@ def _median_ms(function: Callable[[], object], rounds: int, before: Callable[[],
 
 
 class Sweeper:
-    """One sweep as ``tasks.pipeline.sweep`` runs it, without publishing."""
+    """One sweep as ``toolsafe.tasks.pipeline.sweep`` runs it, without publishing."""
 
     def __init__(self, store: StepStore) -> None:
         self.store = store

@@ -38,10 +38,10 @@ from benchmarks.common import (
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
-from celeryconfig import EXECUTE_QUEUE, QUEUES
-from tasks.app import create_app
-from tasks.client import Client
-from tasks.settings import Settings
+from toolsafe.celeryconfig import EXECUTE_QUEUE, QUEUES
+from toolsafe.settings import Settings
+from toolsafe.tasks.app import create_app
+from toolsafe.tasks.client import Client
 
 MODES: Final = ("noop", "rows", "toolsafe")
 LABELS: Final = {
@@ -81,7 +81,7 @@ class Target:
         self.client: Client | None = None
         self.app: Celery
         if mode == "toolsafe":
-            self.app_name, self.queues = "tasks", list(QUEUES)
+            self.app_name, self.queues = "toolsafe", list(QUEUES)
             self.consume_queue = EXECUTE_QUEUE
             self.client = Client(create_app(settings))
             self.app = self.client.app

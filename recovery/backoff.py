@@ -6,7 +6,7 @@ import random
 from datetime import timedelta
 from typing import Final
 
-from recovery.policy import Policy
+from toolsafe.recovery.policy import Policy
 
 # 2**62 seconds is far beyond any cap; stopping there keeps the float arithmetic finite.
 _MAX_EXPONENT: Final = 62

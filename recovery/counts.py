@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from recovery.reasons import UNVERIFIABLE_UNKNOWN
-from recovery.states import TERMINAL, StepState
+from toolsafe.recovery.reasons import UNVERIFIABLE_UNKNOWN
+from toolsafe.recovery.states import TERMINAL, StepState
 
 # Why a claim for execution was refused (the store's ``noop`` reasons): these three are
 # executions that would have written again; every other ``noop`` (an execution hint that
@@ -28,7 +28,7 @@ ATTEMPT_BUCKETS: Final = (0, 1, 2, 3, 5, 10)
 
 
 class EventLike(Protocol):
-    """What the counts read of an event (``recovery.store.EventRecord`` fits)."""
+    """What the counts read of an event (``toolsafe.recovery.store.EventRecord`` fits)."""
 
     @property
     def id(self) -> int: ...
@@ -47,7 +47,7 @@ class EventLike(Protocol):
 
 
 class StepLike(Protocol):
-    """What the counts read of a step (``recovery.store.StepRecord`` fits)."""
+    """What the counts read of a step (``toolsafe.recovery.store.StepRecord`` fits)."""
 
     @property
     def operation_ref(self) -> str: ...

@@ -133,7 +133,7 @@ def with_db_retry(
 
 
 def migrations_path() -> Path:
-    return Path(str(resources.files("recovery") / "migrations"))
+    return Path(str(resources.files("toolsafe.recovery") / "migrations"))
 
 
 def alembic_config(url: str | URL) -> Any:

@@ -9,13 +9,13 @@ import random
 from datetime import datetime
 from typing import Any, assert_never
 
-from adapters.envelope import AnySuccess, CommitState, ToolError, flagged_fields
-from adapters.errors import ToolsafeError
-from adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
-from recovery import reasons as R
-from recovery.backoff import retry_delay, verification_delay
-from recovery.fingerprint import error_fingerprint
-from recovery.outcomes import (
+from toolsafe.adapters.envelope import AnySuccess, CommitState, ToolError, flagged_fields
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
+from toolsafe.recovery import reasons as R
+from toolsafe.recovery.backoff import retry_delay, verification_delay
+from toolsafe.recovery.fingerprint import error_fingerprint
+from toolsafe.recovery.outcomes import (
     Action,
     Approved,
     Cancelled,
@@ -30,8 +30,8 @@ from recovery.outcomes import (
     StepSnapshot,
     TransitionRefused,
 )
-from recovery.policy import Policy
-from recovery.states import ALLOWED, LABELS, WAITING, StepState
+from toolsafe.recovery.policy import Policy
+from toolsafe.recovery.states import ALLOWED, LABELS, WAITING, StepState
 
 S = StepState
 

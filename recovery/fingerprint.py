@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from adapters.envelope import ToolError, flagged_fields
-from recovery.canonical import canonical_json
+from toolsafe.adapters.envelope import ToolError, flagged_fields
+from toolsafe.recovery.canonical import canonical_json
 
 
 def error_fingerprint(envelope: ToolError, input_hash: str) -> str:

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from adapters.envelope import AnySuccess, CommitState, ToolError
-from adapters.errors import ToolsafeError
-from adapters.protocol import FieldError, LookupResult
-from recovery.policy import ToolTraits
-from recovery.states import StepState
+from toolsafe.adapters.envelope import AnySuccess, CommitState, ToolError
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.protocol import FieldError, LookupResult
+from toolsafe.recovery.policy import ToolTraits
+from toolsafe.recovery.states import StepState
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import Row
 
-from adapters.envelope import CommitState
-from recovery.outcomes import Decision
-from recovery.states import StepState
+from toolsafe.adapters.envelope import CommitState
+from toolsafe.recovery.outcomes import Decision
+from toolsafe.recovery.states import StepState
 
 
 @dataclass(frozen=True)

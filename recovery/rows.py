@@ -10,12 +10,12 @@ from typing import Any, Final, cast
 from pydantic import ValidationError
 from sqlalchemy import Row
 
-from adapters.envelope import AnySuccess, CommitState, Verification, to_wire
-from adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
-from recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
-from recovery.policy import ToolTraits
-from recovery.records import StepRecord
-from recovery.states import TERMINAL, StepState
+from toolsafe.adapters.envelope import AnySuccess, CommitState, Verification, to_wire
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
+from toolsafe.recovery.policy import ToolTraits
+from toolsafe.recovery.records import StepRecord
+from toolsafe.recovery.states import TERMINAL, StepState
 
 S = StepState
 

@@ -26,8 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from adapters.envelope import COMMIT_STATES
-from recovery.states import WORK_STATES, StepState
+from toolsafe.adapters.envelope import COMMIT_STATES
+from toolsafe.recovery.states import WORK_STATES, StepState
 
 
 class UTCDateTime(TypeDecorator[datetime]):

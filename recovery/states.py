@@ -1,6 +1,6 @@
 """Step states and the transition table of DESIGN §5, in one place.
 
-The same vocabulary is the database CHECK constraint (``recovery.schema``) and the
+The same vocabulary is the database CHECK constraint (``toolsafe.recovery.schema``) and the
 diagram in ``docs/lifecycle.md``; a test keeps the three in agreement.
 """
 

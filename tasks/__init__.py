@@ -1,17 +1,7 @@
-"""Celery wiring: the app, the tasks, the sweeper, the client API and the CLI.
+"""Celery wiring only: the app and its tasks, the publisher, the pipeline that claims a
+step, calls its adapter and carries out the runtime's Decision, the sweeper, escalation
+notices, the in-process client and the safe views.
 
-``celery -A tasks worker|beat|flower`` finds the app as ``tasks.celery``, built from
-the ``TOOLSAFE_*`` environment on first access (never at import time).
+Users import the public face, ``toolsafe``; Celery finds the app with
+``celery -A toolsafe``.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name == "celery":
-        from tasks.app import default_app
-
-        return default_app()
-    raise AttributeError(f"module 'tasks' has no attribute {name!r}")

@@ -1,8 +1,8 @@
 """The Celery app factory, the four tasks, and the publisher of follow-up hints.
 
 ``create_app(settings)`` builds an independent app (tests build several in one
-process); ``default_app()`` is the one ``celery -A tasks`` finds, built from the
-environment on first use.
+process); ``default_app()`` is the process's own, built from the environment on first
+use (``celery -A toolsafe`` reaches it through ``toolsafe.worker``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from celery import Celery
 from celery.signals import after_setup_logger, worker_init, worker_process_init
 from kombu.exceptions import ChannelError
 
-from adapters.errors import ToolsafeError
-from celeryconfig import (
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.celeryconfig import (
     ESCALATE_TASK,
     EXECUTE_QUEUE,
     EXECUTE_TASK,
@@ -28,11 +28,11 @@ from celeryconfig import (
     build_config,
     task_limits,
 )
-from tasks import pipeline
-from tasks.escalation import Handler, load_handlers
-from tasks.logs import JsonFormatter
-from tasks.runtime import Runtime, reset_after_fork
-from tasks.settings import Settings
+from toolsafe.settings import Settings
+from toolsafe.tasks import pipeline
+from toolsafe.tasks.escalation import Handler, load_handlers
+from toolsafe.tasks.logs import JsonFormatter
+from toolsafe.tasks.runtime import Runtime, reset_after_fork
 
 log = logging.getLogger("toolsafe.app")
 
@@ -155,10 +155,6 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
     """A new app with its own settings, runtime and tasks."""
     app = ToolsafeApp(settings if settings is not None else Settings.from_env(), main)
     _register_tasks(app)
-    # Workers serve the article's counts on /metrics when TOOLSAFE_METRICS_PORT is set.
-    from tasks import metrics
-
-    metrics.install(app)
     if app.settings.log_json:
         after_setup_logger.connect(_json_logs, weak=False)
 
@@ -182,7 +178,8 @@ _default_lock = threading.Lock()
 
 
 def default_app() -> ToolsafeApp:
-    """The app built from the environment, on first use (``celery -A tasks``)."""
+    """The process's app built from the environment, on first use (the client's default;
+    ``toolsafe.worker.default_app`` adds the operator exporter for workers)."""
     global _default
     with _default_lock:
         if _default is None:

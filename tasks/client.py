@@ -2,7 +2,7 @@
 
 ``submit`` commits the step first and publishes after (R2); every other call goes
 through the store's guarded transitions and then publishes what the Decision asks for.
-Views carry only what the model may see (``tasks.views``).
+Views carry only what the model may see (``toolsafe.tasks.views``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from adapters.errors import ToolsafeError
-from adapters.protocol import FieldError
-from recovery.outcomes import TransitionRefused
-from recovery.states import StepState
-from recovery.store import Recorded, StepRecord
-from tasks import pipeline
-from tasks.app import ToolsafeApp, create_app, default_app
-from tasks.runtime import utcnow
-from tasks.settings import Settings
-from tasks.views import NEEDS_AGENT, StepView, build_view
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import Recorded, StepRecord
+from toolsafe.settings import Settings
+from toolsafe.tasks import pipeline
+from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
+from toolsafe.tasks.runtime import utcnow
+from toolsafe.tasks.views import NEEDS_AGENT, StepView, build_view
 
 
 class InvalidInput(ToolsafeError, ValueError):

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from recovery.store import EventRecord, StepRecord
-from tasks.settings import Settings, SettingsError
-from tasks.views import HistoryEntry, history, safe_envelope
+from toolsafe.recovery.store import EventRecord, StepRecord
+from toolsafe.settings import Settings, SettingsError
+from toolsafe.tasks.views import HistoryEntry, history, safe_envelope
 
 log = logging.getLogger("toolsafe.escalation")
 

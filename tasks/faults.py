@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from adapters.errors import ToolsafeError
+from toolsafe.adapters.errors import ToolsafeError
 
 log = logging.getLogger("toolsafe.faults")
 

@@ -12,15 +12,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
-from adapters.envelope import AnySuccess, Retry, ToolError
-from adapters.guard import call_adapter, call_lookup
-from adapters.protocol import CallContext, LookupResult, LookupUnavailable
-from recovery.outcomes import Executed, LookedUp
-from recovery.states import StepState
-from recovery.store import Claim, Recorded, StepNotFound, StepRecord
-from tasks.escalation import EscalationNotice, Handler, notify
-from tasks.faults import Faults
-from tasks.runtime import Runtime, utcnow
+from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
+from toolsafe.adapters.guard import call_adapter, call_lookup
+from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
+from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
+from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
+from toolsafe.tasks.faults import Faults
+from toolsafe.tasks.runtime import Runtime, utcnow
 
 log = logging.getLogger("toolsafe.pipeline")
 

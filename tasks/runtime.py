@@ -14,12 +14,12 @@ import weakref
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.protocol import Adapter
-from adapters.registry import Registry
-from recovery.policy import Policy, ToolTraits
-from recovery.store import StepStore
-from tasks.faults import Faults
-from tasks.settings import Settings
+from toolsafe.adapters.protocol import Adapter
+from toolsafe.adapters.registry import Registry
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.store import StepStore
+from toolsafe.settings import Settings
+from toolsafe.tasks.faults import Faults
 
 _RUNTIMES: weakref.WeakSet[Runtime] = weakref.WeakSet()
 
@@ -30,7 +30,7 @@ def utcnow() -> datetime:
 
 def open_store(database_url: str) -> StepStore:
     """A store on a new engine for this process."""
-    from recovery.db import make_engine
+    from toolsafe.recovery.db import make_engine
 
     return StepStore(make_engine(database_url))
 

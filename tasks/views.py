@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from recovery.states import TERMINAL, StepState, ui_group
-from recovery.store import EventRecord, StepRecord
+from toolsafe.recovery.states import TERMINAL, StepState, ui_group
+from toolsafe.recovery.store import EventRecord, StepRecord
 
 # The envelope fields the model and UIs may see (DESIGN §1); result is the adapter's
 # structured answer, built from parsed fields, not upstream text.

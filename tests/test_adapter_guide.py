@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adapters.registry import Registry
+from toolsafe.adapters.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "writing-an-adapter.md"
@@ -61,6 +61,6 @@ def test_excerpts_are_verbatim_from_the_code() -> None:
 
 def test_the_shell_commands_name_real_things() -> None:
     commands = "\n".join(_blocks("sh"))
-    assert "python -m tasks.reference > docs/envelope-reference.md" in commands
-    assert (ROOT / "tasks" / "reference.py").exists()
+    assert "python -m toolsafe.reference > docs/envelope-reference.md" in commands
+    assert (ROOT / "toolsafe" / "reference.py").exists()
     assert "toolsafe worker" in commands

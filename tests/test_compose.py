@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tasks.cli import build_parser
-from tasks.settings import Settings
+from toolsafe.cli.main import build_parser
+from toolsafe.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -75,10 +75,10 @@ def compose() -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _own_default_app(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`celery -A tasks` builds the process's default app; keep ours out of other tests."""
-    import tasks.app
+    """`celery -A toolsafe` builds the process's default app; keep ours out of other tests."""
+    import toolsafe.tasks.app
 
-    monkeypatch.setattr(tasks.app, "_default", None)
+    monkeypatch.setattr(toolsafe.tasks.app, "_default", None)
 
 
 def _services(compose: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -139,7 +139,7 @@ class RecordingEnv(Mapping[str, str]):
 def variables_toolsafe_reads(env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Ask the code which ``TOOLSAFE_*`` variables it reads: the settings, and the adapter
     modules those settings load (the example adapters read their downstream's URL)."""
-    from adapters.registry import Registry
+    from toolsafe.adapters.registry import Registry
 
     recorder = RecordingEnv({**os.environ, **env})
     settings = Settings.from_env(recorder)
@@ -167,7 +167,7 @@ def _check_celery_options(command: str, extra: list[str]) -> None:
 def _check_command(argv: list[str]) -> None:
     program, args = argv[0], argv[1:]
     if program == "toolsafe":
-        # As tasks.cli.main parses: options it does not know go through to celery only
+        # As toolsafe.cli.main.main parses: options it does not know go through to celery only
         # for the commands that say so (worker, beat), and must be celery's own.
         try:
             parsed, extra = build_parser().parse_known_args(args)
@@ -178,11 +178,11 @@ def _check_command(argv: list[str]) -> None:
             assert getattr(parsed, "passthrough", False), f"{argv}: unknown options {extra}"
             _check_celery_options(parsed.command, extra)
     elif program == "celery":
-        assert args[:2] == ["-A", "tasks"], f"{argv}: celery must load the toolsafe app"
+        assert args[:2] == ["-A", "toolsafe"], f"{argv}: celery must load the toolsafe app"
         from celery import Celery
         from celery.app.utils import find_app
 
-        assert isinstance(find_app("tasks"), Celery)
+        assert isinstance(find_app("toolsafe"), Celery)
         subcommand = args[2]
         builtin = {"worker", "beat", "inspect"}
         plugins = {entry.name for entry in entry_points(group="celery.commands")}
@@ -226,7 +226,7 @@ def test_a_wrong_command_would_be_caught() -> None:
     with pytest.raises(AssertionError, match="unknown options"):
         _check_command(["toolsafe", "migrate", "--force"])
     with pytest.raises(AssertionError, match="no option --timeuot"):
-        _check_command(["celery", "-A", "tasks", "inspect", "ping", "--timeuot", "5"])
+        _check_command(["celery", "-A", "toolsafe", "inspect", "ping", "--timeuot", "5"])
 
 
 # ----------------------------------------------------------------------------- settings
@@ -342,9 +342,12 @@ def test_dockerfile_installs_every_package_and_drops_root() -> None:
     packages = [
         name.rstrip("*") for name in project["tool"]["setuptools"]["packages"]["find"]["include"]
     ]
-    modules = project["tool"]["setuptools"]["py-modules"]
+    # The package links the top-level rooms in (toolsafe/tasks -> ../tasks, ...): the
+    # image needs both the package and every room it links.
+    linked = sorted(path.name for path in (ROOT / "toolsafe").iterdir() if path.is_symlink())
+    assert linked == ["adapters", "celeryconfig.py", "recovery", "tasks"]
     copied = set(re.findall(r"^COPY (\S+)", text, flags=re.MULTILINE))
-    for name in (*packages, *(f"{module}.py" for module in modules)):
+    for name in (*packages, *linked):
         assert name in copied, f"the Dockerfile does not copy {name}"
     assert re.search(r"^RUN pip install (--no-deps )?\.", text, flags=re.MULTILINE)
     # The dependencies it installs first are pyproject's, read from the file itself.

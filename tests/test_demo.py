@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from recovery.states import StepState
-from recovery.store import EventRecord
-from tasks.cli import build_parser
-from tasks.demo_report import Played, path_lines, render
-from tasks.demo_scenarios import ARTICLE, CRASH, Check, Result
+from toolsafe.cli.main import build_parser
+from toolsafe.demo.report import Played, path_lines, render
+from toolsafe.demo.scenarios import ARTICLE, CRASH, Check, Result
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import EventRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 TITLES = [title for _, title, _ in (*ARTICLE, CRASH)]
@@ -30,7 +30,7 @@ def _toolsafe() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("toolsafe")
-    return [found] if found else [sys.executable, "-m", "tasks.cli"]
+    return [found] if found else [sys.executable, "-m", "toolsafe"]
 
 
 def _run_demo(*options: str) -> subprocess.CompletedProcess[str]:
@@ -61,7 +61,7 @@ def _assert_report(done: subprocess.CompletedProcess[str]) -> None:
     assert '"code": "OUTCOME_UNKNOWN"' in output
     assert '"evidence_ref": "inv_' in output
     assert "SIGKILL worker" in output
-    # The counts (recovery.counts): timeout, lookup down and crash were unknown outcomes.
+    # The counts (toolsafe.recovery.counts): timeout, lookup down and crash were unknown outcomes.
     assert "unknown outcomes: 3" in output
     assert "LOOKUP_UNAVAILABLE 1" in output and "VERSION_CONFLICT 1" in output
     assert "downstream effects per operation_ref: at most 1" in output
@@ -177,8 +177,8 @@ def test_the_path_shows_times_states_and_who_claimed() -> None:
 
 
 def test_a_filesystem_broker_url_names_its_folder() -> None:
-    from celeryconfig import filesystem_transport_options
-    from tasks.settings import SettingsError
+    from toolsafe.celeryconfig import filesystem_transport_options
+    from toolsafe.settings import SettingsError
 
     assert filesystem_transport_options("redis://127.0.0.1:6379/0") == {}
     options = filesystem_transport_options("filesystem:///tmp/demo/broker")
@@ -193,8 +193,8 @@ def test_the_demo_broker_delivers_whole_messages_and_skips_partial_files(
 ) -> None:
     from kombu.connection import Connection
 
-    from celeryconfig import filesystem_transport_options
-    from tasks.demo_broker import Transport
+    from toolsafe.broker.filesystem import Transport
+    from toolsafe.celeryconfig import filesystem_transport_options
 
     url = f"filesystem://{tmp_path}/broker"
     for part in ("queue", "control", "processed"):
@@ -217,7 +217,7 @@ def test_the_demo_broker_delivers_whole_messages_and_skips_partial_files(
 
 
 def test_progress_hides_passwords_in_urls() -> None:
-    from tasks.demo_env import _hide_password
+    from toolsafe.demo.env import _hide_password
 
     shown = _hide_password("postgresql+psycopg://toolsafe:s3cret@db:5432/toolsafe")
     assert shown == "postgresql+psycopg://toolsafe:***@db:5432/toolsafe"

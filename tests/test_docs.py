@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.states import StepState
+from toolsafe.recovery.states import StepState
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -55,6 +55,16 @@ def test_every_module_the_rooms_table_names_exists() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(adapters|recovery|tasks)/` \|(.*)$", text, flags=re.MULTILINE)
     assert {room for room, _ in rows} == {"adapters", "recovery", "tasks"}
+    # Every room of the package has its line, and every line names a real room.
+    named = set(re.findall(r"^\| `(toolsafe/[a-z_]+(?:\.py|/))` \|", text, flags=re.MULTILINE))
+    package = ROOT / "toolsafe"
+    rooms = {
+        f"toolsafe/{path.name}" + ("/" if path.is_dir() else "")
+        for path in package.iterdir()
+        if not path.is_symlink()
+        and path.name not in {"__init__.py", "__main__.py", "py.typed", "__pycache__"}
+    }
+    assert named == rooms
     for room, row in rows:
         for name in re.findall(r"`([a-z_]+\.py|[a-z_]+/)`", row):
             here = ROOT / room / name

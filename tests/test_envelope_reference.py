@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from adapters.codes import CATALOGUE
-from recovery.reasons import REASONS, REFUSALS
-from tasks import reference
+from toolsafe import reference
+from toolsafe.adapters.codes import CATALOGUE
+from toolsafe.recovery.reasons import REASONS, REFUSALS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "envelope-reference.md"
@@ -27,7 +27,7 @@ def _summary_rows(text: str) -> dict[str, list[str]]:
 def test_doc_is_what_the_generator_renders() -> None:
     assert DOC.read_text(encoding="utf-8") == reference.render(), (
         "docs/envelope-reference.md is stale: run "
-        "`python -m tasks.reference > docs/envelope-reference.md`"
+        "`python -m toolsafe.reference > docs/envelope-reference.md`"
     )
 
 
@@ -45,7 +45,7 @@ def test_every_catalogue_code_is_documented_with_its_classification() -> None:
 
 
 def test_every_reason_refusal_and_pipeline_code_is_documented() -> None:
-    from tasks.pipeline import UNKNOWN_TOOL
+    from toolsafe.tasks.pipeline import UNKNOWN_TOOL
 
     text = DOC.read_text(encoding="utf-8")
     for code in (*REASONS, *REFUSALS, UNKNOWN_TOOL):
@@ -54,7 +54,7 @@ def test_every_reason_refusal_and_pipeline_code_is_documented() -> None:
 
 def test_the_documented_command_prints_the_page() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tasks.reference"],
+        [sys.executable, "-m", "toolsafe.reference"],
         cwd=ROOT,
         capture_output=True,
         text=True,

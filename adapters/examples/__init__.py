@@ -1,5 +1,5 @@
 """The example tools ``create_invoice`` and ``send_email`` and their downstream service;
-``TOOLSAFE_ADAPTERS=adapters.examples`` loads them."""
+``TOOLSAFE_ADAPTERS=toolsafe.adapters.examples`` loads them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Final
 
-from adapters.examples.email import SendEmail
-from adapters.examples.invoice import CreateInvoice
-from adapters.http import HttpSettings
-from adapters.registry import Registry
+from toolsafe.adapters.examples.email import SendEmail
+from toolsafe.adapters.examples.invoice import CreateInvoice
+from toolsafe.adapters.http import HttpSettings
+from toolsafe.adapters.registry import Registry
 
 URL_ENV: Final = "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"
 WINDOW_ENV: Final = "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW"

@@ -1,7 +1,7 @@
 """The example downstream service: invoices and e-mails over HTTP with idempotency keys,
 lookup by operation_ref, injectable faults and effect counting (docs/example-service.md).
 
-Run it with ``python -m adapters.examples.downstream --port 8900 [--naive]``.
+Run it with ``python -m toolsafe.adapters.examples.downstream --port 8900 [--naive]``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from adapters.examples.downstream_state import (
+from toolsafe.adapters.examples.downstream_state import (
     AFTER_STORE,
     APPROVAL_HEADER,
     BEFORE_STORE,

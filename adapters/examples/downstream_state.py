@@ -1,5 +1,5 @@
 """The example downstream's state: records, idempotency keys, effect counts and the
-injected faults, all behind one lock (served by ``adapters.examples.downstream``)."""
+injected faults, all behind one lock (served by ``toolsafe.adapters.examples.downstream``)."""
 
 from __future__ import annotations
 

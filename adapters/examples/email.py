@@ -9,9 +9,9 @@ from typing import ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters import codes
-from adapters.http import HttpSettings, HttpWriteAdapter
-from adapters.protocol import FieldError
+from toolsafe.adapters import codes
+from toolsafe.adapters.http import HttpSettings, HttpWriteAdapter
+from toolsafe.adapters.protocol import FieldError
 
 # Deliberately plain: one @, a dotted domain, no spaces or quotes. Deliverability is
 # the downstream's call (it answers INVALID_RECIPIENT_ADDRESS), syntax is ours.

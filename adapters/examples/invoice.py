@@ -8,9 +8,9 @@ from typing import ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters import codes
-from adapters.http import HttpSettings, HttpWriteAdapter
-from adapters.protocol import LookupResult
+from toolsafe.adapters import codes
+from toolsafe.adapters.http import HttpSettings, HttpWriteAdapter
+from toolsafe.adapters.protocol import LookupResult
 
 UPSTREAM_CODES: Final = {
     "INVALID_CUSTOMER": codes.UPSTREAM_VALIDATION_FAILED,

@@ -1,12 +1,13 @@
-"""Alembic environment for the step store: run programmatically by ``recovery.db.migrate``."""
+"""Alembic environment for the step store: run programmatically by
+``toolsafe.recovery.db.migrate``."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import Connection, text
 
-from recovery.db import make_engine
-from recovery.schema import Base, include_object
+from toolsafe.recovery.db import make_engine
+from toolsafe.recovery.schema import Base, include_object
 
 # An arbitrary constant: concurrent `toolsafe migrate` runs on PostgreSQL take turns.
 MIGRATION_LOCK_KEY = 0x70_6F_6F_6C_73_61_66_65

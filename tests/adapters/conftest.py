@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.examples.downstream import DownstreamService
+from toolsafe.adapters.examples.downstream import DownstreamService
 
 
 @pytest.fixture

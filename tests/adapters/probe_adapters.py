@@ -9,8 +9,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from adapters import codes
-from adapters.http import HttpReadAdapter, HttpSettings, HttpWriteAdapter
+from toolsafe.adapters import codes
+from toolsafe.adapters.http import HttpReadAdapter, HttpSettings, HttpWriteAdapter
 
 FAST = {
     "connect_timeout": 0.3,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters import codes
-from adapters.envelope import flagged_fields, parse_result, to_wire
+from toolsafe.adapters import codes
+from toolsafe.adapters.envelope import flagged_fields, parse_result, to_wire
 
 
 @pytest.mark.parametrize("code", sorted(codes.CATALOGUE))

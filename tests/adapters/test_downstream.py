@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.examples.downstream import DownstreamService
+from toolsafe.adapters.examples.downstream import DownstreamService
 
 INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
 EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Invoice", "body": "hi"}
@@ -334,7 +334,7 @@ def test_command_line_prints_its_url_and_stops_on_sigterm(naive: bool) -> None:
     args = [
         sys.executable,
         "-m",
-        "adapters.examples.downstream",
+        "toolsafe.adapters.examples.downstream",
         "--host",
         "127.0.0.1",
         "--port",

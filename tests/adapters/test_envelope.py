@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from adapters import fixtures
-from adapters.envelope import (
+from tests import fixtures
+from toolsafe.adapters.envelope import (
     ToolError,
     ToolSuccess,
     flagged_fields,
@@ -308,7 +308,7 @@ def test_invariants_hold_on_construction_too() -> None:
             code="OUTCOME_UNKNOWN",
             category="dependency",
             commit_state="unknown",
-            retry={"directive": "after_input_fix", "max_attempts_remaining": 1},  # type: ignore[arg-type]
+            retry={"directive": "after_input_fix", "max_attempts_remaining": 1},
             next_action="correct_input",
             operation_ref="run_81/step_4",
             agent_message="x",

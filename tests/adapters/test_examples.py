@@ -12,15 +12,15 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from adapters.envelope import ToolError, ToolSuccess, flagged_fields
-from adapters.examples import register, settings_from_env
-from adapters.examples.downstream import DownstreamService
-from adapters.examples.email import SendEmail
-from adapters.examples.invoice import CreateInvoice
-from adapters.guard import call_adapter, call_lookup
-from adapters.http import HttpAdapter, HttpSettings
-from adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
-from adapters.registry import Registry
+from toolsafe.adapters.envelope import ToolError, ToolSuccess, flagged_fields
+from toolsafe.adapters.examples import register, settings_from_env
+from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.adapters.examples.email import SendEmail
+from toolsafe.adapters.examples.invoice import CreateInvoice
+from toolsafe.adapters.guard import call_adapter, call_lookup
+from toolsafe.adapters.http import HttpAdapter, HttpSettings
+from toolsafe.adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.adapters.registry import Registry
 
 AdapterT = TypeVar("AdapterT", bound=HttpAdapter[Any])
 REF = "run_81/step_4"
@@ -194,7 +194,7 @@ def test_register_reads_the_environment(
     monkeypatch.setenv("TOOLSAFE_EXAMPLE_DOWNSTREAM_URL", downstream.url)
     monkeypatch.setenv("TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW", "0.5")
     registry = Registry()
-    registry.load_modules(["adapters.examples"])
+    registry.load_modules(["toolsafe.adapters.examples"])
     assert registry.tools() == ("create_invoice", "send_email")
     invoice = registry.get("create_invoice")
     for tool in registry.tools():
@@ -230,9 +230,11 @@ def test_adapters_import_neither_celery_nor_the_database() -> None:
     import sys
 
     code = (
-        "import sys, adapters.examples, adapters.http, adapters.guard, adapters.redaction;"
+        "import sys, toolsafe.adapters.examples, toolsafe.adapters.http, "
+        "toolsafe.adapters.guard, toolsafe.adapters.redaction;"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
-        "('celery', 'kombu', 'sqlalchemy', 'psycopg', 'recovery', 'tasks', 'redis')];"
+        "('celery', 'kombu', 'sqlalchemy', 'psycopg', 'redis') "
+        "or m.startswith(('toolsafe.recovery', 'toolsafe.tasks'))];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)

@@ -9,12 +9,19 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, JsonValue
 
-from adapters import codes
-from adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification, flagged_fields
-from adapters.examples.email import SendEmail
-from adapters.guard import call_adapter, call_lookup
-from adapters.http import HttpSettings
-from adapters.protocol import (
+from tests.adapters.adapter_servers import Conn, ScriptedServer
+from toolsafe.adapters import codes
+from toolsafe.adapters.envelope import (
+    AnySuccess,
+    ToolError,
+    ToolSuccess,
+    Verification,
+    flagged_fields,
+)
+from toolsafe.adapters.examples.email import SendEmail
+from toolsafe.adapters.guard import call_adapter, call_lookup
+from toolsafe.adapters.http import HttpSettings
+from toolsafe.adapters.protocol import (
     Adapter,
     CallContext,
     FieldError,
@@ -22,7 +29,6 @@ from adapters.protocol import (
     LookupResult,
     LookupUnavailable,
 )
-from tests.adapters.adapter_servers import Conn, ScriptedServer
 
 REF = "run_81/step_4"
 

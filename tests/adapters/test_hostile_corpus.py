@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from adapters.envelope import ToolError, ToolSuccess
-from adapters.guard import call_adapter
-from adapters.redaction import RedactingFilter
 from tests.adapters.adapter_servers import Conn, ScriptedServer
 from tests.adapters.hostile_corpus import CORPUS, Sample
 from tests.adapters.probe_adapters import ProbeWrite, settings
+from toolsafe.adapters.envelope import ToolError, ToolSuccess
+from toolsafe.adapters.guard import call_adapter
+from toolsafe.adapters.redaction import RedactingFilter
 
 Reply = tuple[int, bytes, dict[str, str], str, str]
 REPLIES: dict[str, Reply] = {}

@@ -9,10 +9,6 @@ from typing import Any
 
 import pytest
 
-from adapters.envelope import AnySuccess, ToolError, ToolSuccess, flagged_fields
-from adapters.guard import call_adapter
-from adapters.http import HttpAdapter
-from adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
 from tests.adapters.adapter_servers import Behaviour, Conn, ScriptedServer, free_port
 from tests.adapters.probe_adapters import (
     ProbeInput,
@@ -21,6 +17,10 @@ from tests.adapters.probe_adapters import (
     ProbeWriteNoLookup,
     settings,
 )
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, flagged_fields
+from toolsafe.adapters.guard import call_adapter
+from toolsafe.adapters.http import HttpAdapter
+from toolsafe.adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
 
 REF = "run_81/step_4"
 INPUT = {"name": "n", "amount": 3}

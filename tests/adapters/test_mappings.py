@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from adapters import fixtures
-from adapters.envelope import ToolError, to_wire
-from adapters.mappings import (
+from tests import fixtures
+from toolsafe.adapters.envelope import ToolError, to_wire
+from toolsafe.adapters.mappings import (
     PROBLEM_TYPE_PREFIX,
     from_problem_details,
     to_anthropic_tool_result,

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from adapters.redaction import (
+from toolsafe.adapters.redaction import (
     RedactingFilter,
     clean_text,
     find_secrets,

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel
 
-from adapters.envelope import AnySuccess, ToolError
-from adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
-from adapters.fixtures import invoice_created
-from adapters.protocol import Adapter, CallContext
-from adapters.registry import Registry, parse_module_list
+from tests.fixtures import invoice_created
+from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
+from toolsafe.adapters.protocol import Adapter, CallContext
+from toolsafe.adapters.registry import Registry, parse_module_list
 
 
 class EchoInput(BaseModel):

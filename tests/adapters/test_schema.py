@@ -10,8 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from adapters import fixtures
-from adapters.envelope import json_schema, to_wire
+from tests import fixtures
+from toolsafe.adapters.envelope import json_schema, to_wire
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "adapters" / "schema" / "envelope.schema.json"
 
@@ -25,7 +25,7 @@ def test_committed_schema_matches_the_models() -> None:
 
 def test_cli_prints_the_schema() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "schema"],
+        [sys.executable, "-m", "toolsafe", "schema"],
         capture_output=True,
         text=True,
         check=True,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.cli import main
-from tasks.faults import POINTS
+from toolsafe.cli.main import main
+from toolsafe.tasks.faults import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -11,15 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.envelope import Retry, ToolError, ToolSuccess, Verification
-from adapters.protocol import LookupFound
-from recovery.counts import compute_counts
-from recovery.db import make_engine, migrate
-from recovery.outcomes import Executed, LookedUp
-from recovery.policy import Policy, ToolTraits
-from recovery.states import StepState
-from recovery.store import StepStore
-from tasks.metrics import exposition, metrics_address, read_counts, serve
+from toolsafe.adapters.envelope import Retry, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.protocol import LookupFound
+from toolsafe.metrics.exporter import exposition, metrics_address, read_counts, serve
+from toolsafe.recovery.counts import compute_counts
+from toolsafe.recovery.db import make_engine, migrate
+from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TRAITS = ToolTraits(writes=True, has_lookup=True)
@@ -138,7 +138,7 @@ def test_metrics_address_from_the_environment() -> None:
 def test_toolsafe_stats_prints_the_counts(
     store: StepStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tasks.cli import main
+    from toolsafe.cli.main import main
 
     url = store.engine.url.render_as_string(hide_password=False)
     assert main(["stats", "--database", url]) == 0

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.states import StepState
-from tasks.chaos_plan import (
+from toolsafe.chaos.plan import (
     Observed,
     ScheduleSize,
     Timing,
@@ -15,8 +14,9 @@ from tasks.chaos_plan import (
     scenarios,
     step_input,
 )
-from tasks.chaos_procs import ChaosSetupError, check_broker, redis_db
-from tasks.faults import POINTS
+from toolsafe.harness.processes import ChaosSetupError, check_broker, redis_db
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks.faults import POINTS
 
 S = StepState
 SIZE = ScheduleSize(steps=300, kills=30, broker_flushes=1, db_kill_rounds=2, duplicates=60)

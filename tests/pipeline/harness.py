@@ -23,19 +23,19 @@ from unittest import mock
 import psycopg
 import redis
 
-from adapters.examples.downstream import DownstreamService
-from celeryconfig import QUEUES
-from recovery.db import migrate
-from recovery.states import StepState
-from tasks.app import create_app
-from tasks.client import Client
-from tasks.settings import Settings
+from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.celeryconfig import QUEUES
+from toolsafe.recovery.db import migrate
+from toolsafe.recovery.states import StepState
+from toolsafe.settings import Settings
+from toolsafe.tasks.app import create_app
+from toolsafe.tasks.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Short enough that a lease expiry, a sweep and a verification take a few seconds.
 FAST_SETTINGS = {
-    "TOOLSAFE_ADAPTERS": "adapters.examples",
+    "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
     "TOOLSAFE_LEASE_SECONDS": "3",
     "TOOLSAFE_TASK_TIME_LIMIT": "2.5",
     "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "2",
@@ -173,14 +173,14 @@ class Cluster:
         wait: bool = True,
         via_cli: bool = False,
     ) -> Worker:
-        """A ``celery -A tasks worker`` (or ``toolsafe worker``) subprocess."""
+        """A ``celery -A toolsafe worker`` (or ``toolsafe worker``) subprocess."""
         unique = f"{name}-{uuid.uuid4().hex[:6]}"
         log = self.directory / f"{unique}.log"
         if via_cli:
             # `toolsafe worker` adds the queues itself.
-            command = [sys.executable, "-m", "tasks.cli", "worker"]
+            command = [sys.executable, "-m", "toolsafe", "worker"]
         else:
-            command = [sys.executable, "-m", "celery", "-A", "tasks", "worker"]
+            command = [sys.executable, "-m", "celery", "-A", "toolsafe", "worker"]
             command += ["-Q", ",".join(QUEUES)]
         command += [
             "-P", pool, "-c", str(concurrency), "-n", f"{unique}@%h",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import pipeline
 from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from toolsafe.tasks import pipeline
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 1200, "currency": "EUR"}
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery.states import StepState
-from tasks.faults import fired, write_plan
-from tasks.runtime import utcnow
 from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks.faults import fired, write_plan
+from toolsafe.tasks.runtime import utcnow
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from celeryconfig import EXECUTE_TASK
-from recovery.states import TERMINAL, StepState
 from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.celeryconfig import EXECUTE_TASK
+from toolsafe.recovery.states import TERMINAL, StepState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """The processes an operator runs: ``toolsafe worker``, ``toolsafe beat`` and Flower
-(``celery -A tasks flower`` lists the running worker through its HTTP API), and a
+(``celery -A toolsafe flower`` lists the running worker through its HTTP API), and a
 worker that refuses to start when an adapter module is missing."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_flower_lists_the_running_worker(cluster: Cluster, pipeline_dir: Path) -
     env = {**os.environ, **cluster.env, "FLOWER_UNAUTHENTICATED_API": "true"}
     with log.open("wb") as out:
         flower = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", "flower",
+            [sys.executable, "-m", "celery", "-A", "toolsafe", "flower",
              "--address=127.0.0.1", f"--port={port}", f"--db={pipeline_dir / 'flower.db'}"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -77,7 +77,7 @@ def test_toolsafe_beat_schedules_the_sweeper(cluster: Cluster, pipeline_dir: Pat
     log = pipeline_dir / "beat.log"
     with log.open("wb") as out:
         beat = subprocess.Popen(
-            [sys.executable, "-m", "tasks.cli", "beat", "-s", str(pipeline_dir / "beat-schedule"),
+            [sys.executable, "-m", "toolsafe", "beat", "-s", str(pipeline_dir / "beat-schedule"),
              "--loglevel", "INFO"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -96,9 +96,13 @@ def test_toolsafe_beat_schedules_the_sweeper(cluster: Cluster, pipeline_dir: Pat
 
 
 def test_a_worker_with_a_missing_adapter_module_refuses_to_start(cluster: Cluster) -> None:
-    env = {**os.environ, **cluster.env, "TOOLSAFE_ADAPTERS": "adapters.examples, no_such_adapters"}
+    env = {
+        **os.environ,
+        **cluster.env,
+        "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples, no_such_adapters",
+    }
     finished = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-P", "solo"],
+        [sys.executable, "-m", "celery", "-A", "toolsafe", "worker", "-P", "solo"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert finished.returncode != 0

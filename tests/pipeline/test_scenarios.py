@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery.outcomes import TransitionRefused
-from recovery.states import StepState
-from tasks.views import SAFE_ENVELOPE_FIELDS
 from tests.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
+from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -172,21 +172,21 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
 
     env = {**os.environ, **cluster.env}
     listed = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "escalations", "list"],
+        [sys.executable, "-m", "toolsafe", "escalations", "list"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert ref in listed.stdout
     # The operator closes it: the invoice exists, so it succeeded.
     resolved = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "escalations", "resolve", ref, "--to",
+        [sys.executable, "-m", "toolsafe", "escalations", "resolve", ref, "--to",
          "succeeded", "--reason", "invoice found in the billing UI", "--operator", "bob"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert resolved.returncode == 0, resolved.stderr
     assert cluster.client.view(ref).state is S.SUCCEEDED
     again = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "escalations", "redrive", ref, "--reason", "x"],
+        [sys.executable, "-m", "toolsafe", "escalations", "redrive", ref, "--reason", "x"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 1 and "toolsafe: error:" in again.stderr

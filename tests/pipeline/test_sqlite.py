@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.states import StepState
 from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.recovery.states import StepState
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, delete
 
-from recovery.db import make_engine, migrate, normalize_url
-from recovery.schema import step_events, steps
-from recovery.store import StepStore
+from toolsafe.recovery.db import make_engine, migrate, normalize_url
+from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.store import StepStore
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from adapters.envelope import (
+from toolsafe.adapters.envelope import (
     AnySuccess,
     Category,
     CommitState,
@@ -18,11 +18,11 @@ from adapters.envelope import (
     ToolSuccess,
     Verification,
 )
-from recovery.canonical import input_hash
-from recovery.decide import decide
-from recovery.outcomes import Decision, Outcome, StepSnapshot
-from recovery.policy import Policy, ToolTraits
-from recovery.states import StepState
+from toolsafe.recovery.canonical import input_hash
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import Decision, Outcome, StepSnapshot
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.states import StepState
 
 NOW = datetime(2026, 11, 30, 9, 15, 0, tzinfo=UTC)
 REF = "run_81/step_4"

@@ -7,10 +7,10 @@ from typing import Any, Final
 
 from sqlalchemy import update
 
-from adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
-from recovery.policy import Policy, RetryPolicy, ToolTraits
-from recovery.schema import steps
-from recovery.store import StepStore
+from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
+from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
+from toolsafe.recovery.schema import steps
+from toolsafe.recovery.store import StepStore
 
 T0: Final = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE: Final = timedelta(seconds=30)
@@ -109,7 +109,7 @@ def contend(url: str, refs: list[str], barrier: Any, results: Any, name: str) ->
     First everyone claims each of ``refs`` at the same moment; then everyone drains due
     work, then expired leases, in small batches until nothing is left.
     """
-    from recovery.db import make_engine
+    from toolsafe.recovery.db import make_engine
 
     engine = make_engine(url)
     store = StepStore(engine)

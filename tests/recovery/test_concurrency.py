@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from recovery.db import make_engine
-from recovery.states import StepState
-from recovery.store import StepStore
 from tests.recovery.conftest import empty
 from tests.recovery.store_support import LEASE, POLICY, T0, contend
+from toolsafe.recovery.db import make_engine
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 
 PROCESSES = 4
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_sta
 
     from sqlalchemy import update
 
-    from recovery.schema import steps
+    from toolsafe.recovery.schema import steps
 
     store = pg_store
     store.create_step("create_invoice", {"n": 1}, operation_ref="race/1", policy=POLICY, now=T0)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from recovery.counts import (
+from toolsafe.recovery.counts import (
     Counts,
     as_json,
     compute_counts,
     percentile,
     render,
 )
-from recovery.records import EventRecord
-from recovery.states import StepState
+from toolsafe.recovery.records import EventRecord
+from toolsafe.recovery.states import StepState
 
 S = StepState
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -281,7 +281,7 @@ def test_render_and_json_carry_the_same_figures() -> None:
 
 
 def _envelope_error(ref: str, **fields: Any) -> Any:
-    from adapters.envelope import Retry, ToolError
+    from toolsafe.adapters.envelope import Retry, ToolError
 
     directive = fields.pop("directive", "never")
     return ToolError(
@@ -294,7 +294,7 @@ def _envelope_error(ref: str, **fields: Any) -> Any:
 
 
 def _success(ref: str, at: datetime) -> Any:
-    from adapters.envelope import ToolSuccess, Verification
+    from toolsafe.adapters.envelope import ToolSuccess, Verification
 
     return ToolSuccess[Any](
         operation_ref=ref, result={"id": ref}, verification=Verification(checked_at=at)
@@ -310,11 +310,11 @@ def drive_store(url: str) -> Any:
     the window, the retry succeeds at 20 (wait 14). E hits a version conflict and is
     escalated; a late hint finds it terminal.
     """
-    from adapters.protocol import LookupFound, LookupNotFound
-    from recovery.db import make_engine, migrate
-    from recovery.outcomes import Executed, LookedUp
-    from recovery.policy import Policy, RetryPolicy, ToolTraits
-    from recovery.store import StepStore
+    from toolsafe.adapters.protocol import LookupFound, LookupNotFound
+    from toolsafe.recovery.db import make_engine, migrate
+    from toolsafe.recovery.outcomes import Executed, LookedUp
+    from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
+    from toolsafe.recovery.store import StepStore
 
     migrate(url)
     store = StepStore(make_engine(url))

@@ -8,27 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapters import fixtures
-from adapters.envelope import ToolError
-from adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
-from recovery import reasons as R
-from recovery.backoff import retry_delay, verification_delay
-from recovery.decide import IllegalTransition
-from recovery.outcomes import (
-    Approved,
-    Cancelled,
-    Decision,
-    Executed,
-    InputCorrected,
-    LeaseExpired,
-    LookedUp,
-    Outcome,
-    Rejected,
-    Resolved,
-    StepSnapshot,
-    TransitionRefused,
-)
-from recovery.states import LABELS, TERMINAL, WAITING, StepState
+from tests import fixtures
 from tests.recovery.decide_factories import (
     INPUT_HASH,
     NOW,
@@ -43,6 +23,26 @@ from tests.recovery.decide_factories import (
     unknown,
     wait_and_retry,
 )
+from toolsafe.adapters.envelope import ToolError
+from toolsafe.adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.recovery import reasons as R
+from toolsafe.recovery.backoff import retry_delay, verification_delay
+from toolsafe.recovery.decide import IllegalTransition
+from toolsafe.recovery.outcomes import (
+    Approved,
+    Cancelled,
+    Decision,
+    Executed,
+    InputCorrected,
+    LeaseExpired,
+    LookedUp,
+    Outcome,
+    Rejected,
+    Resolved,
+    StepSnapshot,
+    TransitionRefused,
+)
+from toolsafe.recovery.states import LABELS, TERMINAL, WAITING, StepState
 
 S = StepState
 NEW_HASH = "sha256:" + "1" * 64
@@ -452,7 +452,7 @@ def test_refusals_survive_pickling() -> None:
 
 
 def test_an_edge_outside_the_table_raises() -> None:
-    from recovery import decide as module
+    from toolsafe.recovery import decide as module
 
     with pytest.raises(IllegalTransition):
         module._to(step(S.PENDING), S.SUCCEEDED, "succeed", "committed")

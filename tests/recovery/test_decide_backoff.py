@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from recovery.backoff import full_jitter, retry_delay, verification_delay
-from recovery.policy import Policies, Policy, RetryPolicy, VerificationPolicy
+from toolsafe.recovery.backoff import full_jitter, retry_delay, verification_delay
+from toolsafe.recovery.policy import Policies, Policy, RetryPolicy, VerificationPolicy
 
 POLICY = Policy(
     retry=RetryPolicy(base_delay=timedelta(seconds=2), max_delay=timedelta(seconds=60)),

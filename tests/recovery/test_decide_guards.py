@@ -11,31 +11,6 @@ from typing import ClassVar
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from adapters.envelope import (
-    CATEGORIES,
-    AnySuccess,
-    Category,
-    NextAction,
-    Retry,
-    ToolError,
-    parse_result,
-)
-from adapters.guard import ADAPTER_CONTRACT_VIOLATION, ADAPTER_EXCEPTION, call_adapter
-from adapters.protocol import Adapter, CallContext
-from recovery import reasons as R
-from recovery.backoff import retry_delay
-from recovery.canonical import input_hash
-from recovery.fingerprint import error_fingerprint
-from recovery.outcomes import (
-    Approved,
-    Decision,
-    Executed,
-    InputCorrected,
-    StepSnapshot,
-    TransitionRefused,
-)
-from recovery.policy import Policy, RetryPolicy
-from recovery.states import StepState
 from tests.recovery.decide_factories import (
     INPUT,
     INPUT_HASH,
@@ -52,6 +27,31 @@ from tests.recovery.decide_factories import (
     unknown,
     wait_and_retry,
 )
+from toolsafe.adapters.envelope import (
+    CATEGORIES,
+    AnySuccess,
+    Category,
+    NextAction,
+    Retry,
+    ToolError,
+    parse_result,
+)
+from toolsafe.adapters.guard import ADAPTER_CONTRACT_VIOLATION, ADAPTER_EXCEPTION, call_adapter
+from toolsafe.adapters.protocol import Adapter, CallContext
+from toolsafe.recovery import reasons as R
+from toolsafe.recovery.backoff import retry_delay
+from toolsafe.recovery.canonical import input_hash
+from toolsafe.recovery.fingerprint import error_fingerprint
+from toolsafe.recovery.outcomes import (
+    Approved,
+    Decision,
+    Executed,
+    InputCorrected,
+    StepSnapshot,
+    TransitionRefused,
+)
+from toolsafe.recovery.policy import Policy, RetryPolicy
+from toolsafe.recovery.states import StepState
 
 S = StepState
 
@@ -379,7 +379,7 @@ def test_corrected_input_must_change_the_flagged_field() -> None:
 
 
 def test_corrected_input_that_fails_validation_is_refused() -> None:
-    from adapters.protocol import FieldError
+    from toolsafe.adapters.protocol import FieldError
 
     changed = {**INPUT, "recipient_email": "still-bad"}
     outcome = InputCorrected(

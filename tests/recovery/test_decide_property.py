@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from adapters.envelope import (
+from toolsafe.adapters.envelope import (
     CATEGORIES,
     NEXT_ACTIONS,
     CommitState,
@@ -31,10 +31,10 @@ from adapters.envelope import (
     ToolSuccess,
     Verification,
 )
-from adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
-from recovery import reasons
-from recovery.decide import decide
-from recovery.outcomes import (
+from toolsafe.adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.recovery import reasons
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import (
     Approved,
     Cancelled,
     Decision,
@@ -48,8 +48,8 @@ from recovery.outcomes import (
     StepSnapshot,
     TransitionRefused,
 )
-from recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
-from recovery.states import ALLOWED, TERMINAL, StepState
+from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
+from toolsafe.recovery.states import ALLOWED, TERMINAL, StepState
 
 S = StepState
 REF = "run_81/step_4"

@@ -16,10 +16,16 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine, text
 
-from adapters.envelope import COMMIT_STATES
-from recovery.db import alembic_config, make_engine, migrate, migrations_path, normalize_url
-from recovery.schema import Base, include_object
-from recovery.states import StepState
+from toolsafe.adapters.envelope import COMMIT_STATES
+from toolsafe.recovery.db import (
+    alembic_config,
+    make_engine,
+    migrate,
+    migrations_path,
+    normalize_url,
+)
+from toolsafe.recovery.schema import Base, include_object
+from toolsafe.recovery.states import StepState
 
 
 def _differences(conn: Connection) -> list[Any]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery import reasons
-from recovery.states import (
+from toolsafe.recovery import reasons
+from toolsafe.recovery.states import (
     ALLOWED,
     LABELS,
     TERMINAL,

@@ -8,16 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-from adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
-from recovery.outcomes import Executed, LookedUp, TransitionRefused
-from recovery.states import StepState
-from recovery.store import (
-    Claim,
-    InvalidOperationRef,
-    OperationRefConflict,
-    StepNotFound,
-    StepStore,
-)
 from tests.recovery.store_support import (
     INPUT,
     LEASE,
@@ -29,6 +19,16 @@ from tests.recovery.store_support import (
     retry_later,
     success,
     unknown,
+)
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import (
+    Claim,
+    InvalidOperationRef,
+    OperationRefConflict,
+    StepNotFound,
+    StepStore,
 )
 
 S = StepState

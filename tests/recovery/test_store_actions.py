@@ -10,10 +10,6 @@ from typing import Any
 
 import pytest
 
-from adapters.protocol import FieldError
-from recovery.outcomes import Executed, TransitionRefused
-from recovery.states import StepState
-from recovery.store import StepNotFound, StepStore
 from tests.recovery.store_support import (
     INPUT,
     LEASE,
@@ -26,6 +22,10 @@ from tests.recovery.store_support import (
     needs_approval,
     unknown,
 )
+from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery.outcomes import Executed, TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepNotFound, StepStore
 
 S = StepState
 RNG = random.Random(3)

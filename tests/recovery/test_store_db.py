@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
-from recovery.db import make_engine, normalize_url, with_db_retry
-from recovery.outcomes import Executed
-from recovery.states import StepState
-from recovery.store import StepStore
 from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, force, retry_later
+from toolsafe.recovery.db import make_engine, normalize_url, with_db_retry
+from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 
 S = StepState
 

@@ -25,12 +25,6 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import Engine, select
 
-from adapters.envelope import AnySuccess, ToolError
-from adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
-from recovery.outcomes import Executed, LookedUp, TransitionRefused
-from recovery.schema import step_events
-from recovery.states import ALLOWED, WAITING, WORK_STATES, StepState
-from recovery.store import Claim, StepNotFound, StepRecord, StepStore
 from tests.recovery.conftest import empty
 from tests.recovery.store_support import (
     INPUT,
@@ -45,6 +39,12 @@ from tests.recovery.store_support import (
     success,
     unknown,
 )
+from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
+from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
+from toolsafe.recovery.schema import step_events
+from toolsafe.recovery.states import ALLOWED, WAITING, WORK_STATES, StepState
+from toolsafe.recovery.store import Claim, StepNotFound, StepRecord, StepStore
 
 S = StepState
 REFS = ("s0", "s1")

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from recovery.outcomes import Executed
-from recovery.states import StepState
-from recovery.store import Claim, OperationRefConflict, StepStore
 from tests.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success, unknown
+from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import Claim, OperationRefConflict, StepStore
 
 S = StepState
 RNG = random.Random(11)

@@ -6,9 +6,6 @@ from datetime import timedelta
 
 import pytest
 
-from recovery.policy import ToolTraits
-from recovery.states import StepState
-from recovery.store import StepNotFound, StepStore
 from tests.recovery.store_support import (
     BLIND_WRITE,
     LEASE,
@@ -18,6 +15,9 @@ from tests.recovery.store_support import (
     WRITE,
     force,
 )
+from toolsafe.recovery.policy import ToolTraits
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepNotFound, StepStore
 
 S = StepState
 MINUTE = timedelta(minutes=1)

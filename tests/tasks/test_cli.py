@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-import tasks.app
-from adapters.fixtures import dependency_unavailable
-from recovery.outcomes import Executed
-from recovery.states import StepState
-from tasks.cli import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
-from tasks.client import Client
-from tasks.runtime import utcnow
+import toolsafe.tasks.app
+from tests.fixtures import dependency_unavailable
+from toolsafe.cli.main import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
+from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks.client import Client
+from toolsafe.tasks.runtime import utcnow
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}
 
@@ -23,16 +23,16 @@ INVOICE = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     database = tmp_path / "toolsafe.db"
     monkeypatch.setenv("TOOLSAFE_DATABASE_URL", f"sqlite:///{database}")
-    monkeypatch.setenv("TOOLSAFE_ADAPTERS", "adapters.examples")
+    monkeypatch.setenv("TOOLSAFE_ADAPTERS", "toolsafe.adapters.examples")
     monkeypatch.setenv("TOOLSAFE_OPERATOR", "ops-test")
     # Publishing goes nowhere useful in these tests: an unreachable broker is never
     # contacted because no command here publishes.
     monkeypatch.setenv("TOOLSAFE_BROKER_URL", "redis://127.0.0.1:1/0")
-    monkeypatch.setattr(tasks.app, "_default", None)
+    monkeypatch.setattr(toolsafe.tasks.app, "_default", None)
     yield database
-    if tasks.app._default is not None:
-        tasks.app._default.runtime.close()
-    monkeypatch.setattr(tasks.app, "_default", None)
+    if toolsafe.tasks.app._default is not None:
+        toolsafe.tasks.app._default.runtime.close()
+    monkeypatch.setattr(toolsafe.tasks.app, "_default", None)
 
 
 def _escalated_step(ref: str) -> None:

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from adapters.errors import UnknownToolError
-from adapters.fixtures import invalid_recipient_address
-from recovery.outcomes import Executed, TransitionRefused
-from recovery.states import StepState
-from recovery.store import OperationRefConflict, StepNotFound
-from tasks.client import Client, InvalidInput, WaitTimeout
-from tasks.runtime import utcnow
-from tasks.views import SAFE_ENVELOPE_FIELDS, safe_detail, safe_envelope
+from tests.fixtures import invalid_recipient_address
 from tests.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
+from toolsafe.adapters.errors import UnknownToolError
+from toolsafe.recovery.outcomes import Executed, TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import OperationRefConflict, StepNotFound
+from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
+from toolsafe.tasks.runtime import utcnow
+from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS, safe_detail, safe_envelope
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -173,7 +173,7 @@ def test_safe_views_drop_unknown_fields() -> None:
 
 def test_a_settings_file_path_is_not_needed(tmp_path: Path) -> None:
     # The fast settings the pipeline tests use are themselves valid settings.
-    from tasks.settings import Settings
+    from toolsafe.settings import Settings
 
     Settings.from_env({**FAST_SETTINGS, "TOOLSAFE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
 

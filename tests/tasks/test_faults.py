@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.faults import (
+from toolsafe.tasks.faults import (
     POINTS,
     FaultInjected,
     FaultPlanError,
@@ -98,7 +98,7 @@ def test_during_call_that_ends_first_keeps_the_fault(tmp_path: Path) -> None:
 def test_kill_sigkills_the_process_once_across_processes(tmp_path: Path) -> None:
     faults = make(tmp_path, {"op_1": {"after_claim": "kill"}})
     code = (
-        "import sys; from tasks.faults import Faults; "
+        "import sys; from toolsafe.tasks.faults import Faults; "
         "Faults(True, sys.argv[1], sys.argv[2]).hit('after_claim', 'op_1')"
     )
     outcomes = [

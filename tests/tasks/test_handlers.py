@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery.states import StepState
-from recovery.store import EventRecord, StepRecord
-from tasks.app import Publisher
-from tasks.escalation import (
+from tests.pipeline.harness import Webhook
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import EventRecord, StepRecord
+from toolsafe.settings import Settings, SettingsError
+from toolsafe.tasks.app import Publisher
+from toolsafe.tasks.escalation import (
     EscalationNotice,
     WebhookHandler,
     import_handler,
@@ -20,9 +22,7 @@ from tasks.escalation import (
     log_handler,
     notify,
 )
-from tasks.logs import JsonFormatter
-from tasks.settings import Settings, SettingsError
-from tests.pipeline.harness import Webhook
+from toolsafe.tasks.logs import JsonFormatter
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RECEIVED: list[EscalationNotice] = []
@@ -112,7 +112,7 @@ def test_bad_handler_paths_are_settings_errors() -> None:
         import_handler("no_such_module_xyz:handler")
     with pytest.raises(SettingsError, match="not a callable"):
         import_handler("tests.tasks.test_handlers:NOW")
-    assert import_handler("tasks.escalation:log_handler") is log_handler
+    assert import_handler("toolsafe.tasks.escalation:log_handler") is log_handler
 
 
 @pytest.mark.parametrize(

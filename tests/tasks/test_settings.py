@@ -7,16 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-import celeryconfig
-from tasks.app import create_app
-from tasks.settings import DEFAULT_BROKER_URL, Settings, SettingsError
+from toolsafe import celeryconfig
+from toolsafe.settings import DEFAULT_BROKER_URL, Settings, SettingsError
+from toolsafe.tasks.app import create_app
 
 
 def test_defaults_without_environment() -> None:
     settings = Settings.from_env({})
     assert settings.broker_url == DEFAULT_BROKER_URL
     assert settings.database_url.startswith("sqlite:///")
-    assert settings.adapter_modules == ("adapters.examples",)
+    assert settings.adapter_modules == ("toolsafe.adapters.examples",)
     assert settings.faults_enabled is False
     assert settings.lease > settings.task_time_limit
 
@@ -150,11 +150,11 @@ def test_two_apps_with_their_own_settings_in_one_process() -> None:
 def test_celery_finds_the_default_app_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     from celery.app.utils import find_app
 
-    import tasks.app
+    import toolsafe.tasks.app
 
     monkeypatch.setenv("TOOLSAFE_BROKER_URL", "redis://127.0.0.1:6379/9")
-    monkeypatch.setattr(tasks.app, "_default", None)
-    found = find_app("tasks")
-    assert isinstance(found, tasks.app.ToolsafeApp)
+    monkeypatch.setattr(toolsafe.tasks.app, "_default", None)
+    found = find_app("toolsafe")
+    assert isinstance(found, toolsafe.tasks.app.ToolsafeApp)
     assert found.conf.broker_url.endswith("/9")
-    assert find_app("tasks") is found
+    assert find_app("toolsafe") is found

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TextIO
 
-from adapters.examples.downstream import DownstreamService
-from recovery.db import migrate
-from tasks.client import Client
-from tasks.settings import Settings
+from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.recovery.db import migrate
+from toolsafe.settings import Settings
+from toolsafe.tasks.client import Client
 
 # Short times so that every scenario ends in seconds. The call timeout stays under the
 # task's soft limit, and the lease outlives the hard limit (settings refuse otherwise).
 DEMO_SETTINGS: Final = {
-    "TOOLSAFE_ADAPTERS": "adapters.examples",
+    "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
     "TOOLSAFE_EXAMPLE_TIMEOUT": "1.5",
     "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "1",
     "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "4",
@@ -100,7 +100,7 @@ class DemoEnv:
         log_path = self.folder / f"{name}.log"
         log = log_path.open("w", encoding="utf-8")
         popen = subprocess.Popen(
-            [sys.executable, "-m", "tasks.cli", *argv],
+            [sys.executable, "-m", "toolsafe", *argv],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -71,7 +71,7 @@ def kill_db_connections(database_url: str) -> int:
     """``pg_terminate_backend`` every other connection to the run's database."""
     import psycopg
 
-    from recovery.db import normalize_url
+    from toolsafe.recovery.db import normalize_url
 
     url = normalize_url(database_url).set(drivername="postgresql")
     dsn = url.render_as_string(hide_password=False)
@@ -90,7 +90,7 @@ def restart_database(command: str, database_url: str, timeout: float = 60.0) -> 
 
     import psycopg
 
-    from recovery.db import normalize_url
+    from toolsafe.recovery.db import normalize_url
 
     url = normalize_url(database_url).set(drivername="postgresql")
     dsn = url.render_as_string(hide_password=False)
@@ -171,7 +171,7 @@ class Workers:
         argv = [
             sys.executable,
             "-m",
-            "tasks.cli",
+            "toolsafe.cli.main",
             "worker",
             "--",
             "-P",
@@ -223,7 +223,7 @@ def start_beat(env: Mapping[str, str], workdir: Path) -> Proc:
     argv = [
         sys.executable,
         "-m",
-        "tasks.cli",
+        "toolsafe.cli.main",
         "beat",
         "--",
         "-s",
@@ -243,7 +243,7 @@ class Downstream:
         argv = [
             sys.executable,
             "-m",
-            "adapters.examples.downstream",
+            "toolsafe.adapters.examples.downstream",
             "--host",
             "127.0.0.1",
             "--port",

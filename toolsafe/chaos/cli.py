@@ -1,4 +1,4 @@
-"""The ``toolsafe chaos`` and ``toolsafe stats`` subcommands (wired into ``tasks.cli``)."""
+"""The ``toolsafe chaos`` and ``toolsafe stats`` subcommands (wired into ``toolsafe.cli.main``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ EXIT_VIOLATIONS = 1
 
 
 def stats(args: argparse.Namespace) -> int:
-    from recovery.counts import as_json, render
-    from recovery.db import make_engine
-    from tasks.metrics import exposition, read_counts
+    from toolsafe.metrics.exporter import exposition, read_counts
+    from toolsafe.recovery.counts import as_json, render
+    from toolsafe.recovery.db import make_engine
 
     url = args.database
     if url is None:
-        from tasks.settings import Settings
+        from toolsafe.settings import Settings
 
         url = Settings.from_env().database_url
     engine = make_engine(url)
@@ -38,8 +38,8 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def chaos(args: argparse.Namespace) -> int:
-    from tasks.chaos import ChaosConfig, run
-    from tasks.chaos_plan import ScheduleSize
+    from toolsafe.chaos.plan import ScheduleSize
+    from toolsafe.chaos.run import ChaosConfig, run
 
     config = ChaosConfig(
         broker=args.broker,

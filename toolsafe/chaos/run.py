@@ -21,14 +21,9 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, select
 
-from adapters.errors import ToolsafeError
-from celeryconfig import EXECUTE_TASK, VERIFY_TASK
-from recovery.counts import Counts, as_json, render
-from recovery.db import make_engine, migrate
-from recovery.schema import steps
-from recovery.states import StepState
-from tasks import faults
-from tasks.chaos_plan import (
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
+from toolsafe.chaos.plan import (
     WAITING_ON_HUMAN,
     Observed,
     Schedule,
@@ -41,7 +36,7 @@ from tasks.chaos_plan import (
     scenarios,
     step_input,
 )
-from tasks.chaos_procs import (
+from toolsafe.harness.processes import (
     Downstream,
     Proc,
     Workers,
@@ -53,7 +48,12 @@ from tasks.chaos_procs import (
     start_beat,
     write_json,
 )
-from tasks.metrics import read_counts
+from toolsafe.metrics.exporter import read_counts
+from toolsafe.recovery.counts import Counts, as_json, render
+from toolsafe.recovery.db import make_engine, migrate
+from toolsafe.recovery.schema import steps
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
 
@@ -187,7 +187,7 @@ def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[s
         {
             "TOOLSAFE_BROKER_URL": config.broker,
             "TOOLSAFE_DATABASE_URL": config.database,
-            "TOOLSAFE_ADAPTERS": "adapters.examples",
+            "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
             "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream_url,
             "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": str(t.consistency_window),
             "TOOLSAFE_EXAMPLE_TIMEOUT": str(t.call_timeout),
@@ -238,9 +238,9 @@ class _Run:
     # -------------------------------------------------------------- setup, teardown
 
     def start(self) -> None:
-        from tasks.app import create_app
-        from tasks.client import Client
-        from tasks.settings import Settings
+        from toolsafe.settings import Settings
+        from toolsafe.tasks.app import create_app
+        from toolsafe.tasks.client import Client
 
         config = self.config
         migrate(config.database)

@@ -31,10 +31,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, select
 
-from recovery.counts import ATTEMPT_BUCKETS, QUANTILES, Counts, compute_counts
-from recovery.db import READ_ONLY
-from recovery.schema import step_events, steps
-from recovery.states import StepState
+from toolsafe.recovery.counts import ATTEMPT_BUCKETS, QUANTILES, Counts, compute_counts
+from toolsafe.recovery.db import READ_ONLY
+from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.states import StepState
 
 log = logging.getLogger("toolsafe.metrics")
 
@@ -275,7 +275,7 @@ def install(target: Any) -> None:
         address = metrics_address()
         if address is None:
             return
-        from recovery.db import make_engine
+        from toolsafe.recovery.db import make_engine
 
         server, _thread = serve(make_engine(database_url), *address)
         log.info(

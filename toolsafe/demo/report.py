@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recovery.counts import compute_counts
-from recovery.counts import render as render_counts
-from recovery.store import EventRecord, StepRecord
-from tasks.demo_scenarios import Result
-from tasks.views import build_view, safe_envelope
+from toolsafe.demo.scenarios import Result
+from toolsafe.recovery.counts import compute_counts
+from toolsafe.recovery.counts import render as render_counts
+from toolsafe.recovery.store import EventRecord, StepRecord
+from toolsafe.tasks.views import build_view, safe_envelope
 
 RULE = "─" * 78
 

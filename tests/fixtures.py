@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
 
 OPERATION_REF = "run_81/step_4"
 CHECKED_AT = datetime(2026, 11, 30, 9, 15, 2, tzinfo=UTC)

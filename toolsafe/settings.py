@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Final
 
-from adapters.errors import ToolsafeError
-from adapters.registry import parse_module_list
-from recovery.policy import Policy, RetryPolicy, VerificationPolicy
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.registry import parse_module_list
+from toolsafe.recovery.policy import Policy, RetryPolicy, VerificationPolicy
 
 DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL: Final = "sqlite:///toolsafe.db"
-DEFAULT_ADAPTERS: Final = "adapters.examples"
+DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
 
 # Keys accepted in TOOLSAFE_TOOL_POLICIES and their TOOLSAFE_* default variable.
 POLICY_KEYS: Final = (
@@ -48,7 +48,7 @@ class SettingsError(ToolsafeError, ValueError):
 
 @dataclass(frozen=True)
 class PolicySettings:
-    """The knobs of :class:`recovery.policy.Policy`, in seconds and counts."""
+    """The knobs of :class:`toolsafe.recovery.policy.Policy`, in seconds and counts."""
 
     max_attempts: int = 5
     retry_base_delay: float = 1.0

@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from adapters.errors import ToolsafeError
-from recovery.states import StepState
-from tasks import cli_ops
-from tasks.settings import SettingsError
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.cli import ops as cli_ops
+from toolsafe.recovery.states import StepState
+from toolsafe.settings import SettingsError
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -24,15 +24,15 @@ EXIT_UNREACHABLE = 3
 
 
 def _schema(_: argparse.Namespace) -> int:
-    from adapters.envelope import json_schema
+    from toolsafe.adapters.envelope import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from celeryconfig import QUEUES
-    from tasks.app import default_app
+    from toolsafe.celeryconfig import QUEUES
+    from toolsafe.worker import default_app
 
     extra = [item for item in args.celery_args if item != "--"]
     argv = ["worker", "-Q", ",".join(QUEUES), *extra]
@@ -41,7 +41,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _beat(args: argparse.Namespace) -> int:
-    from tasks.app import default_app
+    from toolsafe.worker import default_app
 
     extra = [item for item in args.celery_args if item != "--"]
     default_app().start(["beat", *extra])
@@ -49,8 +49,8 @@ def _beat(args: argparse.Namespace) -> int:
 
 
 def _migrate(_: argparse.Namespace) -> int:
-    from recovery.db import migrate
-    from tasks.settings import Settings
+    from toolsafe.recovery.db import migrate
+    from toolsafe.settings import Settings
 
     settings = Settings.from_env()
     migrate(settings.database_url)
@@ -134,11 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(handler=cli_ops.cancel)
 
-    from tasks import demo
+    from toolsafe.demo import run as demo
 
     demo.add_parser(commands)
 
-    from tasks import chaos_cli
+    from toolsafe.chaos import cli as chaos_cli
 
     chaos_cli.add_commands(commands)
     return parser

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the real imports wait until the demo runs: the CLI stays quick
-    from tasks.demo_env import DemoEnv
+    from toolsafe.demo.env import DemoEnv
 
 HELP = "run the article's scenarios on real workers and print what happened"
 
@@ -86,7 +86,7 @@ class Watcher(threading.Thread):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tasks.demo_env import DemoError, make_folder, open_env, remove_folder
+    from toolsafe.demo.env import DemoError, make_folder, open_env, remove_folder
 
     if args.workers < 1:
         sys.stderr.write("toolsafe demo: --workers must be at least 1\n")
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _play_all(env: DemoEnv, workers: int, say: Progress) -> bool:
-    from tasks.demo_report import Played, render
-    from tasks.demo_scenarios import ARTICLE, CRASH, play
+    from toolsafe.demo.report import Played, render
+    from toolsafe.demo.scenarios import ARTICLE, CRASH, play
 
     prefix = f"demo-{uuid.uuid4().hex[:6]}"
     started = env.start_workers(workers, beat=True)

@@ -21,9 +21,9 @@ from sqlalchemy import (
     update,
 )
 
-from recovery.records import StepRecord
-from recovery.rows import json_ready
-from recovery.schema import step_events, steps
+from toolsafe.recovery.records import StepRecord
+from toolsafe.recovery.rows import json_ready
+from toolsafe.recovery.schema import step_events, steps
 
 
 class Change(NamedTuple):

@@ -27,12 +27,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adapters.protocol import LookupFound
-from recovery.decide import decide
-from recovery.outcomes import Decision, Executed, LookedUp, Outcome
-from recovery.policy import Policy, ToolTraits
-from recovery.records import EventRecord, StepRecord
-from recovery.rows import (
+from toolsafe.adapters.protocol import LookupFound
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, Outcome
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.records import EventRecord, StepRecord
+from toolsafe.recovery.rows import (
     CLAIMABLE,
     decision_detail,
     decision_values,
@@ -43,9 +43,9 @@ from recovery.rows import (
     verification_refusal,
     verified_success,
 )
-from recovery.schema import step_events, steps
-from recovery.states import LABELS, StepState
-from recovery.store_sql import (
+from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store.sql import (
     Change,
     append_event,
     cas_update,

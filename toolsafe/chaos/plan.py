@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
-from recovery.states import StepState
-from tasks.faults import POINTS
+from toolsafe.recovery.states import StepState
+from toolsafe.tasks.faults import POINTS
 
 S = StepState
 

@@ -11,13 +11,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from recovery.states import StepState
-from recovery.store import StepRecord
-from tasks.views import StepView, build_view
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepRecord
+from toolsafe.tasks.views import StepView, build_view
 
 
 def _client() -> Any:
-    from tasks.client import Client
+    from toolsafe.tasks.client import Client
 
     return Client()
 

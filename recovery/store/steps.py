@@ -14,15 +14,12 @@ from typing import Any, Final, TypeVar
 
 from sqlalchemy import Connection, Engine, Row, func, select
 
-from adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
-from adapters.errors import ToolsafeError
-from adapters.protocol import FieldError
-from recovery import store_ops as ops
-from recovery import store_sql as sql
-from recovery import store_sweep as sweep
-from recovery.canonical import changed_fields, input_hash
-from recovery.db import READ_ONLY, make_engine, with_db_retry
-from recovery.outcomes import (
+from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
+from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery.canonical import changed_fields, input_hash
+from toolsafe.recovery.db import READ_ONLY, make_engine, with_db_retry
+from toolsafe.recovery.outcomes import (
     Approved,
     Cancelled,
     Decision,
@@ -34,8 +31,8 @@ from recovery.outcomes import (
     Resolved,
     TransitionRefused,
 )
-from recovery.policy import Policy, ToolTraits
-from recovery.records import (
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.records import (
     Claim,
     EventRecord,
     Recorded,
@@ -44,9 +41,12 @@ from recovery.records import (
     event_record,
     step_record,
 )
-from recovery.rows import NOOP_REASONS
-from recovery.schema import step_events, steps
-from recovery.states import StepState
+from toolsafe.recovery.rows import NOOP_REASONS
+from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import ops as ops
+from toolsafe.recovery.store import sql as sql
+from toolsafe.recovery.store import sweep as sweep
 
 __all__ = [
     "CONCURRENT_CHANGE",
@@ -97,7 +97,7 @@ Validator = Callable[[Mapping[str, Any]], Sequence[FieldError]]
 
 
 class InvalidOperationRef(ToolsafeError, ValueError):
-    """An operation_ref that cannot travel in an envelope (see ``adapters.envelope``)."""
+    """An operation_ref that cannot travel in an envelope (see ``toolsafe.adapters.envelope``)."""
 
     def __init__(self, operation_ref: str) -> None:
         super().__init__(operation_ref)
@@ -118,9 +118,9 @@ T = TypeVar("T")
 
 
 class StepStore:
-    """SQLAlchemy implementation over PostgreSQL or SQLite (see ``recovery.db``).
+    """SQLAlchemy implementation over PostgreSQL or SQLite (see ``toolsafe.recovery.db``).
 
-    Every method is one transaction, run again by :func:`recovery.db.with_db_retry`
+    Every method is one transaction, run again by :func:`toolsafe.recovery.db.with_db_retry`
     when the connection drops (an infrastructure retry, never a business one).
     """
 

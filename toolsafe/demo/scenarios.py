@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from recovery.outcomes import TransitionRefused
-from recovery.states import StepState
-from recovery.store import EventRecord, StepRecord
-from tasks.client import Client
-from tasks.demo_env import DemoEnv
-from tasks.views import NEEDS_AGENT, StepView
+from toolsafe.demo.env import DemoEnv
+from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import EventRecord, StepRecord
+from toolsafe.tasks.client import Client
+from toolsafe.tasks.views import NEEDS_AGENT, StepView
 
 INVOICE: Final = {"customer_id": "cus_42", "amount_cents": 12_000, "currency": "EUR"}
 EMAIL: Final = {"subject": "Your invoice", "body": "Thank you for your order."}

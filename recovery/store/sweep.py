@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, or_, select, text, update
 
-from recovery.decide import decide
-from recovery.outcomes import LeaseExpired
-from recovery.policy import Policy, ToolTraits
-from recovery.rows import decision_detail, decision_values, iso, snapshot
-from recovery.schema import LEASED_STATE_PREDICATE, WORK_STATE_PREDICATE, steps
-from recovery.store_ops import Decided
-from recovery.store_sql import Change, cas_update
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import LeaseExpired
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
+from toolsafe.recovery.schema import LEASED_STATE_PREDICATE, WORK_STATE_PREDICATE, steps
+from toolsafe.recovery.store.ops import Decided
+from toolsafe.recovery.store.sql import Change, cas_update
 
 
 def expire_leases(

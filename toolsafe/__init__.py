@@ -1,0 +1,142 @@
+"""toolsafe: run AI agents' side-effecting tool calls without duplicate writes or false
+failures. This is the public face; import from here, not from the rooms behind it.
+
+    from toolsafe import Client, ToolError, HttpWriteAdapter
+
+``celery -A toolsafe worker|beat|flower`` finds the app as ``toolsafe.celery``, built
+from the ``TOOLSAFE_*`` environment on first access (never at import time).
+
+Names are resolved lazily, so importing ``toolsafe`` (or a room under it, such as
+``toolsafe.settings``) loads neither Celery nor the database layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = version("toolsafe")
+except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+    __version__ = "0+unknown"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # the client and what it answers with
+    "Client": "toolsafe.tasks.client",
+    "InvalidInput": "toolsafe.tasks.client",
+    "WaitTimeout": "toolsafe.tasks.client",
+    "StepView": "toolsafe.tasks.views",
+    "HistoryEntry": "toolsafe.tasks.views",
+    "OperationRefConflict": "toolsafe.recovery.store",
+    "InvalidOperationRef": "toolsafe.recovery.store",
+    "StepNotFound": "toolsafe.recovery.store",
+    "TransitionRefused": "toolsafe.recovery.outcomes",
+    "StepState": "toolsafe.recovery.states",
+    "create_app": "toolsafe.tasks.app",
+    "Settings": "toolsafe.settings",
+    "SettingsError": "toolsafe.settings",
+    # the envelope contract
+    "ToolError": "toolsafe.adapters.envelope",
+    "ToolSuccess": "toolsafe.adapters.envelope",
+    "Retry": "toolsafe.adapters.envelope",
+    "Verification": "toolsafe.adapters.envelope",
+    "parse_result": "toolsafe.adapters.envelope",
+    "to_wire": "toolsafe.adapters.envelope",
+    "json_schema": "toolsafe.adapters.envelope",
+    # the adapter toolkit
+    "Adapter": "toolsafe.adapters.protocol",
+    "CallContext": "toolsafe.adapters.protocol",
+    "FieldError": "toolsafe.adapters.protocol",
+    "LookupFound": "toolsafe.adapters.protocol",
+    "LookupNotFound": "toolsafe.adapters.protocol",
+    "LookupUnavailable": "toolsafe.adapters.protocol",
+    "HttpSettings": "toolsafe.adapters.http",
+    "HttpWriteAdapter": "toolsafe.adapters.http",
+    "HttpReadAdapter": "toolsafe.adapters.http",
+    "Registry": "toolsafe.adapters.registry",
+    "ToolsafeError": "toolsafe.adapters.errors",
+}
+
+__all__ = [
+    "Adapter",
+    "CallContext",
+    "Client",
+    "FieldError",
+    "HistoryEntry",
+    "HttpReadAdapter",
+    "HttpSettings",
+    "HttpWriteAdapter",
+    "InvalidInput",
+    "InvalidOperationRef",
+    "LookupFound",
+    "LookupNotFound",
+    "LookupUnavailable",
+    "OperationRefConflict",
+    "Registry",
+    "Retry",
+    "Settings",
+    "SettingsError",
+    "StepNotFound",
+    "StepState",
+    "StepView",
+    "ToolError",
+    "ToolSuccess",
+    "ToolsafeError",
+    "TransitionRefused",
+    "Verification",
+    "WaitTimeout",
+    "__version__",
+    "create_app",
+    "json_schema",
+    "parse_result",
+    "to_wire",
+]
+
+if TYPE_CHECKING:
+    from toolsafe.adapters.envelope import (
+        Retry,
+        ToolError,
+        ToolSuccess,
+        Verification,
+        json_schema,
+        parse_result,
+        to_wire,
+    )
+    from toolsafe.adapters.errors import ToolsafeError
+    from toolsafe.adapters.http import HttpReadAdapter, HttpSettings, HttpWriteAdapter
+    from toolsafe.adapters.protocol import (
+        Adapter,
+        CallContext,
+        FieldError,
+        LookupFound,
+        LookupNotFound,
+        LookupUnavailable,
+    )
+    from toolsafe.adapters.registry import Registry
+    from toolsafe.recovery.outcomes import TransitionRefused
+    from toolsafe.recovery.states import StepState
+    from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
+    from toolsafe.settings import Settings, SettingsError
+    from toolsafe.tasks.app import create_app
+    from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
+    from toolsafe.tasks.views import HistoryEntry, StepView
+
+
+def __getattr__(name: str) -> Any:
+    if name == "celery":
+        # `celery -A toolsafe`: the process's app, with the operator exporter installed.
+        from toolsafe.worker import default_app
+
+        return default_app()
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolsafe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

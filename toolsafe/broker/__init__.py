@@ -1,0 +1,1 @@
+"""The embedded broker: a kombu file-system transport that needs no server."""

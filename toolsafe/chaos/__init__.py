@@ -1,0 +1,1 @@
+"""The chaos run: real workers, SIGKILLs, broker and database faults, and the invariant check."""

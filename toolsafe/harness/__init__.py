@@ -1,0 +1,1 @@
+"""One process harness: workers, beat and the example downstream as real subprocesses."""

@@ -1,0 +1,1 @@
+"""The metrics exporter: the article's counts for Prometheus."""
