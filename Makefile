@@ -3,29 +3,40 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest venv clean schema
+.PHONY: demo test lint typecheck pytest venv venv-dev clean schema
 
-$(BIN)/toolsafe: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# `make demo` installs only what the main job needs (the package and its runtime
+# dependencies), and shows pip's progress so the install is never silent.
+$(VENV)/.installed-main: pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing toolsafe and its runtime dependencies into $(VENV)"
+	$(BIN)/pip install --progress-bar on --disable-pip-version-check -e .
 	@touch $@
 
-venv: $(BIN)/toolsafe
+# `make test` adds the dev extra: linters, type checker, test tools, every integration.
+$(VENV)/.installed-dev: pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing toolsafe with the dev extra into $(VENV)"
+	$(BIN)/pip install --progress-bar on --disable-pip-version-check -e '.[dev]'
+	@touch $(VENV)/.installed-main $@
+
+venv: $(VENV)/.installed-main
+
+venv-dev: $(VENV)/.installed-dev
 
 demo: venv
 	$(BIN)/toolsafe demo
 
-test: venv lint typecheck pytest
+test: venv-dev lint typecheck pytest
 
-lint: venv
+lint: venv-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: venv
+typecheck: venv-dev
 	$(BIN)/mypy toolsafe tests benchmarks
 
-pytest: venv
+pytest: venv-dev
 	$(BIN)/pytest -W error $(PYTEST_ARGS)
 
 schema: venv
@@ -40,7 +51,7 @@ clean:
 .PHONY: bench
 BENCH_ARGS ?=
 
-bench: venv
+bench: venv-dev
 	$(BIN)/python -m benchmarks.throughput --repeat 3 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.recovery_latency $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)

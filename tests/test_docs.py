@@ -36,6 +36,11 @@ def test_the_readme_starts_with_the_two_commands_of_the_makefile() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     demo_recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "toolsafe demo" in demo_recipe
+    # The demo installs only what the main job needs, and loudly.
+    main_install = makefile.split("\n$(VENV)/.installed-main:", 1)[1].split("\n\n", 1)[0]
+    assert "pip install" in main_install and "[dev]" not in main_install
+    assert "--quiet" not in main_install and "-q " not in main_install
+    assert "\ndemo: venv\n" in makefile and "\nvenv: $(VENV)/.installed-main\n" in makefile
 
 
 def test_the_architecture_page_names_every_state_and_rule() -> None:
