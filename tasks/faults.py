@@ -27,8 +27,16 @@ from toolsafe.adapters.errors import ToolsafeError
 log = logging.getLogger("toolsafe.faults")
 
 FaultPoint = Literal[
-    "after_claim", "during_call", "after_call", "after_record", "before_publish", "after_publish"
+    "after_claim",
+    "before_call",
+    "during_call",
+    "after_call",
+    "after_record",
+    "before_publish",
+    "after_publish",
 ]
+# The points every claim passes, execution and verification alike (the chaos run
+# rotates its kills over these).
 POINTS: Final[tuple[FaultPoint, ...]] = (
     "after_claim",
     "during_call",
@@ -37,6 +45,10 @@ POINTS: Final[tuple[FaultPoint, ...]] = (
     "before_publish",
     "after_publish",
 )
+# Points on the execution path only: ``before_call`` comes after an execution's claim
+# and before its adapter call (a verification's claim never passes it).
+EXECUTION_POINTS: Final[tuple[FaultPoint, ...]] = ("before_call",)
+ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS)
 ACTIONS: Final = ("kill", "raise", "pause")
 WILDCARD: Final = "*"
 
@@ -79,8 +91,10 @@ class Fault:
 def parse_fault(point: str, raw: object, where: str = "plan") -> Fault:
     """``"kill"``, ``"raise"``, ``"pause:2.5"`` or ``{"action": ..., "seconds": ...,
     "delay": ..., "times": ...}``."""
-    if point not in POINTS:
-        raise FaultPlanError(where, f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    if point not in ALL_POINTS:
+        raise FaultPlanError(
+            where, f"unknown fault point {point!r}; known: {', '.join(ALL_POINTS)}"
+        )
     data: dict[str, Any]
     if isinstance(raw, str):
         name, _, pause = raw.partition(":")

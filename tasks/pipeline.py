@@ -128,6 +128,7 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     envelope: AnySuccess | ToolError
     if step.tool in runtime.registry:
         context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
+        runtime.faults.hit("before_call", operation_ref)
         with runtime.faults.during("during_call", operation_ref):
             envelope = call_adapter(runtime.adapter(step.tool), step.input, operation_ref, context)
     else:
