@@ -5,6 +5,7 @@ escalates with ATTEMPTS_EXHAUSTED. Real workers, Redis and PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -39,13 +40,16 @@ def test_the_attempt_limit_holds_across_killed_and_restarted_workers(cluster: Cl
     def kills() -> int:
         return sum(1 for f in fired(f"{plan}.fired") if f["operation_ref"] == ref)
 
+    def killed_at_least(count: int) -> bool:
+        return kills() >= count
+
     # Every execution dies after its claim, before anything is sent downstream; the
     # verifications in between run (they never pass `before_call`).
     write_plan(plan, {ref: {"before_call": {"action": "kill", "times": MAX_ATTEMPTS + 2}}})
     worker = cluster.start_worker("limits-0", concurrency=1, beat=True)
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        cluster.wait_for(lambda n=attempt: kills() >= n, timeout=30, what=f"attempt {attempt}")
+        cluster.wait_for(partial(killed_at_least, attempt), timeout=30, what=f"attempt {attempt}")
         # The whole worker goes too, and a new one takes over: nothing the dead
         # processes counted in memory can carry over, only what the database holds.
         worker.kill()
