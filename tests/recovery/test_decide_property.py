@@ -427,8 +427,24 @@ def test_any_sequence_of_outcomes_keeps_the_invariants(
         else:
             world.apply(outcome, rng)
     final = world.step.state
+    # Only the table's transitions happened; claims only from a state waiting to run.
     assert all(edge in ALLOWED for edge in world.trail if edge[1] is not S.IN_FLIGHT)
-    assert final in set(S)
+    claimed_from = {src for src, dst in world.trail if dst is S.IN_FLIGHT}
+    assert claimed_from <= {S.PENDING, S.WAITING_RETRY}
+    # Attempts never exceed the highest limit ever granted.
+    executions = sum(1 for _, dst in world.trail if dst is S.IN_FLIGHT)
+    assert world.step.attempts <= world.budget
+    assert executions <= world.budget
+    # The final state agrees with the downstream's truth (an operator's word aside).
+    resolved = any(src is S.ESCALATED for src, _ in world.trail)
+    if world.writes and not resolved:
+        if final is S.SUCCEEDED:
+            assert world.written, "a success that did not happen"
+        if world.written:
+            assert world.step.commit_state in ("committed", "unknown")
+    if world.unsettled and not resolved:
+        # An unknown outcome still unsettled is being verified or was escalated.
+        assert final in (S.VERIFYING, S.ESCALATED, S.IN_FLIGHT)
     if final in TERMINAL - {S.ESCALATED}:
         # Nothing but refusals after a final state: a late result changes nothing.
         for late in (Executed(_late_success(world)), LookedUp(LookupNotFound(world.now))):
