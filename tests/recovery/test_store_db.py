@@ -104,14 +104,14 @@ def _persist_and_reopen(store: StepStore, reopen: str) -> None:
         engine.dispose()
 
 
-def test_counts_and_deadlines_survive_a_restart_sqlite(sqlite_url: str) -> None:
+def test_counts_and_deadlines_survive_a_new_engine_sqlite(sqlite_url: str) -> None:
     store = StepStore(make_engine(sqlite_url))
     store.create_step("create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
     _persist_and_reopen(store, sqlite_url)
 
 
 @pytest.mark.postgres
-def test_counts_and_deadlines_survive_a_restart_postgresql(
+def test_counts_and_deadlines_survive_a_new_engine_postgresql(
     pg_store: StepStore, store_pg_url: str
 ) -> None:
     store = StepStore(make_engine(store_pg_url))

@@ -88,7 +88,7 @@ def test_submit_generates_an_operation_ref(cluster: Cluster) -> None:
     assert view.operation_ref.startswith("op_")
 
 
-def test_submit_refuses_clearly(cluster: Cluster) -> None:
+def test_submit_refuses_clearly(cluster: Cluster, redis_url: str) -> None:
     ref = new_ref("client/refuse")
     with pytest.raises(UnknownToolError, match="create_invoice"):
         cluster.client.submit("make_coffee", INVOICE)
@@ -97,8 +97,14 @@ def test_submit_refuses_clearly(cluster: Cluster) -> None:
     assert "amount_cents" in str(caught.value)
     assert pickle.loads(pickle.dumps(caught.value)).errors == caught.value.errors
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert _queued(redis_url, ref) == 1
+    events = cluster.client.runtime.store.events(ref)
     with pytest.raises(OperationRefConflict):
         cluster.client.submit("create_invoice", {**INVOICE, "amount_cents": 7}, operation_ref=ref)
+    # The refused submit changed nothing and published nothing.
+    assert _queued(redis_url, ref) == 1
+    assert cluster.client.runtime.store.events(ref) == events
+    assert cluster.client.view(ref).state is StepState.PENDING
     with pytest.raises(StepNotFound):
         cluster.client.view("no/such/step")
 
@@ -171,11 +177,24 @@ def test_safe_views_drop_unknown_fields() -> None:
     assert safe_detail(detail) == {"code": "RATE_LIMITED", "actor": "alice", "fields": "a, b"}
 
 
-def test_a_settings_file_path_is_not_needed(tmp_path: Path) -> None:
-    # The fast settings the pipeline tests use are themselves valid settings.
+def test_the_pipeline_tests_fast_settings_are_valid_and_applied(tmp_path: Path) -> None:
+    # The fast settings the pipeline tests use are themselves valid settings, the
+    # Celery configuration accepts them, and every value is taken as given.
+    from toolsafe.celeryconfig import build_config
     from toolsafe.settings import Settings
 
-    Settings.from_env({**FAST_SETTINGS, "TOOLSAFE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"})
+    settings = Settings.from_env(
+        {**FAST_SETTINGS, "TOOLSAFE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
+    )
+    assert settings.lease == float(FAST_SETTINGS["TOOLSAFE_LEASE_SECONDS"])
+    assert settings.task_time_limit == float(FAST_SETTINGS["TOOLSAFE_TASK_TIME_LIMIT"])
+    assert settings.sweep_interval == float(FAST_SETTINGS["TOOLSAFE_SWEEP_INTERVAL"])
+    assert settings.max_eta == float(FAST_SETTINGS["TOOLSAFE_MAX_ETA"])
+    assert settings.policy.verify_base_delay == float(FAST_SETTINGS["TOOLSAFE_VERIFY_BASE_DELAY"])
+    config = build_config(settings)
+    assert config["broker_transport_options"]["visibility_timeout"] == float(
+        FAST_SETTINGS["TOOLSAFE_VISIBILITY_TIMEOUT"]
+    )
 
 
 def test_client_can_close_and_reopen(cluster: Cluster) -> None:
