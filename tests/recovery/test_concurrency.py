@@ -106,7 +106,7 @@ def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_sta
     event names the state the step really left (without the lock it said ``pending``)."""
     import threading
 
-    from sqlalchemy import update
+    from sqlalchemy import text, update
 
     from toolsafe.recovery.schema import steps
 
@@ -123,8 +123,22 @@ def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_sta
     claimer = threading.Thread(
         target=lambda: claimed.append(store.claim_execution("race/1", "w1", LEASE, T0 + LEASE))
     )
+    mover_pid = mover.execute(text("SELECT pg_backend_pid()")).scalar_one()
     claimer.start()
-    time.sleep(0.5)  # the claim now waits on the mover's row lock
+    # Observed, not assumed: a backend is blocked on the mover's row lock.
+    deadline = time.monotonic() + 10
+    with store.engine.connect() as watcher:
+        while True:
+            blocked = watcher.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+                ),
+                {"pid": mover_pid},
+            ).scalar_one()
+            if blocked:
+                break
+            assert time.monotonic() < deadline, "the claim never waited on the row lock"
+            time.sleep(0.01)
     assert claimer.is_alive()
     transaction.commit()
     mover.close()
