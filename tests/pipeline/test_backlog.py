@@ -6,16 +6,33 @@ queued step re-published on every sweep (found by the long chaos run).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
 from toolsafe.tasks import pipeline
+from toolsafe.tasks.runtime import utcnow
+
+# No worker runs here, but the hints are real Redis messages (and the cluster's
+# fixtures create a PostgreSQL database even for its SQLite store).
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 1200, "currency": "EUR"}
+
+
+def _wait_until_due_for_republish(cluster: Cluster, refs: list[str]) -> None:
+    """Until every step's last publish is older than ``republish_after``."""
+    store = cluster.client.runtime.store
+    after = timedelta(seconds=cluster.settings.republish_after)
+
+    def due() -> bool:
+        stamps = [store.get(ref).published_at for ref in refs]
+        return all(stamp is not None and stamp + after < utcnow() for stamp in stamps)
+
+    cluster.wait_for(due, timeout=10, what="the hints to be due for a re-publish")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +57,7 @@ def test_backlog_counts_waiting_hints_and_defers_republishing(
     # No worker runs: the 8 submit hints wait in the execute queue.
     assert publisher.backlog() == 8
 
-    time.sleep(0.4)  # past republish_after: every step is due for a re-publish
+    _wait_until_due_for_republish(cluster, refs)
     counts = pipeline.sweep(client.runtime, publisher, publisher.backlog)
     assert counts["republished"] == 0, "8 waiting hints > batch of 5: nothing re-published"
     assert publisher.backlog() == 8
@@ -60,6 +77,11 @@ def test_an_unreadable_backlog_does_not_stop_the_sweep(cluster: Cluster, redis_u
     ref = new_ref("backlog-unknown")
     client.submit("create_invoice", INVOICE, operation_ref=ref)
     flush_broker(redis_url)
-    time.sleep(0.4)
+    store = client.runtime.store
+    pending = [step.operation_ref for step in store.list_steps(None, 100)]
+    _wait_until_due_for_republish(cluster, pending)
     counts = pipeline.sweep(client.runtime, client.app.publisher, lambda: None)
-    assert counts["republished"] >= 1
+    # Every hint was lost (this module's earlier steps' too): a full batch goes out.
+    expected = min(cluster.settings.sweep_batch, len(pending))
+    assert counts["republished"] == expected
+    assert client.app.publisher.backlog() == expected
