@@ -166,22 +166,25 @@ class Faults:
         self.enabled = enabled and plan_path is not None
         self.plan_path = plan_path
         self.state_dir = Path(state_dir) if state_dir else None
-        self._cache: tuple[float, dict[str, dict[str, Fault]]] | None = None
+        self._cache: tuple[tuple[int, int, int], dict[str, dict[str, Fault]]] | None = None
 
     def _plan(self) -> dict[str, dict[str, Fault]]:
         assert self.plan_path is not None
         try:
-            mtime = os.stat(self.plan_path).st_mtime_ns
+            found = os.stat(self.plan_path)
         except FileNotFoundError:
             return {}
-        if self._cache is not None and self._cache[0] == mtime:
+        # write_plan replaces the file, so a new plan is a new inode even within one
+        # tick of the file system's clock.
+        stamp = (found.st_mtime_ns, found.st_ino, found.st_size)
+        if self._cache is not None and self._cache[0] == stamp:
             return self._cache[1]
         try:
             raw = json.loads(Path(self.plan_path).read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise FaultPlanError(self.plan_path, f"not JSON: {error.msg}") from None
         plan = parse_plan(raw, self.plan_path)
-        self._cache = (mtime, plan)
+        self._cache = (stamp, plan)
         return plan
 
     def _find(self, point: FaultPoint, operation_ref: str) -> list[tuple[str, Fault]]:
