@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
 from toolsafe.adapters.examples.downstream import DownstreamService
 
 INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
@@ -168,7 +169,7 @@ def test_stall_after_store(downstream: DownstreamService, http: httpx.Client) ->
 def test_stall_before_store_holds_the_key_in_flight(
     downstream: DownstreamService, http: httpx.Client
 ) -> None:
-    fault(http, downstream.url, fault="stall_before_store", operation_ref="r/1", seconds=0.6)
+    fault(http, downstream.url, fault="stall_before_store", operation_ref="r/1", seconds=1.5)
     first: list[httpx.Response] = []
 
     def call() -> None:
@@ -177,7 +178,7 @@ def test_stall_before_store_holds_the_key_in_flight(
 
     thread = threading.Thread(target=call)
     thread.start()
-    time.sleep(0.2)
+    wait_in_flight(downstream, "invoices", "r/1")
     during = post(http, downstream.url, "r/1")
     assert (during.status_code, during.json()) == (
         409, {"error": {"code": "IDEMPOTENCY_KEY_IN_FLIGHT"}},
@@ -245,12 +246,12 @@ def test_lookup_down_and_eventual_consistency(
     downstream: DownstreamService, http: httpx.Client
 ) -> None:
     lookup = f"{downstream.url}/invoices"
-    fault(http, downstream.url, fault="eventual_consistency", operation_ref="r/1", seconds=0.4)
+    fault(http, downstream.url, fault="eventual_consistency", operation_ref="r/1", seconds=60)
     assert post(http, downstream.url, "r/1").status_code == 201
     assert http.get(lookup, params={"operation_ref": "r/1"}).status_code == 404
     fault(http, downstream.url, fault="lookup_down", operation_ref="r/1")
     assert http.get(lookup, params={"operation_ref": "r/1"}).status_code == 503
-    time.sleep(0.45)
+    make_visible(downstream, "r/1")
     assert http.get(lookup, params={"operation_ref": "r/1"}).status_code == 200
 
 
@@ -318,7 +319,7 @@ def test_stop_ends_a_stall_promptly() -> None:
         fault(client, service.url, fault="stall_after_store", seconds=30)
     thread = threading.Thread(target=call)
     thread.start()
-    time.sleep(0.2)
+    wait_stored(service, "r/1")  # stored, and now stalling before its answer
     started = time.monotonic()
     service.stop()
     thread.join(timeout=5)

@@ -4,7 +4,6 @@ at the adapter boundary (the runtime's part is tested in tests/recovery)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -12,6 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from tests.adapters.downstream_support import make_visible, wait_in_flight
 from toolsafe.adapters.envelope import ToolError, ToolSuccess, flagged_fields
 from toolsafe.adapters.examples import register, settings_from_env
 from toolsafe.adapters.examples.downstream import DownstreamService
@@ -143,22 +143,23 @@ def test_lookup_down_is_unavailable(downstream: DownstreamService) -> None:
 
 
 def test_eventual_consistency_inside_the_window(downstream: DownstreamService) -> None:
-    add_fault(downstream, fault="eventual_consistency", operation_ref=REF, seconds=0.4)
-    adapter = invoices(downstream, consistency_window=timedelta(seconds=0.4))
-    assert adapter.consistency_window == timedelta(seconds=0.4)
+    # Invisible for a minute unless the test ends it: no race with a slow machine.
+    add_fault(downstream, fault="eventual_consistency", operation_ref=REF, seconds=60)
+    adapter = invoices(downstream, consistency_window=timedelta(seconds=60))
+    assert adapter.consistency_window == timedelta(seconds=60)
     assert isinstance(call_adapter(adapter, INVOICE, REF), ToolSuccess)
     assert isinstance(call_lookup(adapter, REF), LookupNotFound)
-    time.sleep(0.45)
+    make_visible(downstream, REF)
     assert isinstance(call_lookup(adapter, REF), LookupFound)
 
 
 def test_in_flight_duplicate_is_unknown(downstream: DownstreamService) -> None:
-    add_fault(downstream, fault="stall_before_store", operation_ref=REF, seconds=0.6)
+    add_fault(downstream, fault="stall_before_store", operation_ref=REF, seconds=1.5)
     slow = opened(CreateInvoice(HttpSettings(base_url=downstream.url, read_timeout=3)))
     first: list[object] = []
     thread = threading.Thread(target=lambda: first.append(call_adapter(slow, INVOICE, REF)))
     thread.start()
-    time.sleep(0.2)
+    wait_in_flight(downstream, "invoices", REF)
     during = error(call_adapter(invoices(downstream), INVOICE, REF))
     assert (during.code, during.commit_state, during.next_action) == (
         "IDEMPOTENCY_KEY_IN_FLIGHT", "unknown", "verify_operation",
