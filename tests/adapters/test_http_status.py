@@ -187,10 +187,10 @@ def test_hostile_json_is_just_unreadable(body: str) -> None:
 
 def test_absurd_retry_after_dates_fall_back_to_the_default() -> None:
     for value in ("Mon, 30 Nov 99999 05:00:00 GMT", "Mon, 99 Nov 2026 05:00:00 GMT"):
-        envelope = error_of(
+        timed = timed_error_of(
             429, "", {"Retry-After": value}, default_retry_delay=timedelta(seconds=4)
         )
-        assert 2.5 < _waited(envelope) <= 4, value
+        assert_waits(timed, 4)
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -242,17 +242,31 @@ def test_other_4xx_is_upstream_error_not_committed() -> None:
 # --- 429, 503 and Retry-After ---------------------------------------------------------
 
 
-def _waited(envelope: ToolError) -> float:
+def timed_error_of(
+    status: int, body: Any = "", headers: dict[str, str] | None = None, **kw: Any
+) -> tuple[ToolError, datetime, datetime]:
+    """The envelope and the clock just before and just after the call."""
+    before = datetime.now(UTC)
+    envelope = error_of(status, body, headers, **kw)
+    return envelope, before, datetime.now(UTC)
+
+
+def assert_waits(timed: tuple[ToolError, datetime, datetime], seconds: float) -> None:
+    """``not_before`` is the classification time plus ``seconds``: inside the call's
+    own window, with no slack beyond it."""
+    envelope, before, after = timed
+    wait = timedelta(seconds=seconds)
     assert envelope.retry.not_before is not None
-    return (envelope.retry.not_before - datetime.now(UTC)).total_seconds()
+    assert before + wait <= envelope.retry.not_before <= after + wait
 
 
 def test_429_with_delta_seconds() -> None:
-    envelope = error_of(429, {"error": {"code": "SLOW_DOWN"}}, {"Retry-After": "7"})
+    timed = timed_error_of(429, {"error": {"code": "SLOW_DOWN"}}, {"Retry-After": "7"})
+    envelope = timed[0]
     assert shape(envelope) == (
         "RATE_LIMITED", "dependency", "not_committed", "after_delay", "wait_and_retry",
     )  # fmt: skip
-    assert 5.5 < _waited(envelope) <= 7
+    assert_waits(timed, 7)
     assert envelope.safe_details["retry_after_seconds"] == 7
 
 
@@ -263,24 +277,24 @@ def test_429_with_http_date_is_read_against_the_response_date() -> None:
         "Date": format_datetime(server_now, usegmt=True),
         "Retry-After": format_datetime(server_now + timedelta(seconds=30), usegmt=True),
     }
-    envelope = error_of(429, "", headers)
-    assert envelope.code == "RATE_LIMITED"
-    assert 27 < _waited(envelope) <= 31
+    timed = timed_error_of(429, "", headers)
+    assert timed[0].code == "RATE_LIMITED"
+    assert_waits(timed, 30)
 
 
 def test_retry_after_is_clamped_and_a_past_date_is_due_now() -> None:
-    long = error_of(429, "", {"Retry-After": "86400"}, max_retry_after=timedelta(seconds=60))
-    assert 58 < _waited(long) <= 60
+    long = timed_error_of(429, "", {"Retry-After": "86400"}, max_retry_after=timedelta(seconds=60))
+    assert_waits(long, 60)
     past = format_datetime(datetime.now(UTC) - timedelta(minutes=5), usegmt=True)
-    due = error_of(429, "", {"Retry-After": past})
-    assert -2 < _waited(due) <= 0.5
+    assert_waits(timed_error_of(429, "", {"Retry-After": past}), 0)
 
 
 def test_429_without_retry_after_uses_the_default_delay() -> None:
-    envelope = error_of(429, "", default_retry_delay=timedelta(seconds=4))
-    assert 2.5 < _waited(envelope) <= 4
-    garbled = error_of(429, "", {"Retry-After": "soon"}, default_retry_delay=timedelta(seconds=4))
-    assert 2.5 < _waited(garbled) <= 4
+    assert_waits(timed_error_of(429, "", default_retry_delay=timedelta(seconds=4)), 4)
+    garbled = timed_error_of(
+        429, "", {"Retry-After": "soon"}, default_retry_delay=timedelta(seconds=4)
+    )
+    assert_waits(garbled, 4)
 
 
 def test_429_with_no_attempts_left_escalates() -> None:
@@ -289,11 +303,11 @@ def test_429_with_no_attempts_left_escalates() -> None:
 
 
 def test_503_with_retry_after_waits() -> None:
-    envelope = error_of(503, "<html>down</html>", {"Retry-After": "3"}, content_type="text/html")
-    assert shape(envelope) == (
+    timed = timed_error_of(503, "<html>down</html>", {"Retry-After": "3"}, content_type="text/html")
+    assert shape(timed[0]) == (
         "DEPENDENCY_UNAVAILABLE", "dependency", "not_committed", "after_delay", "wait_and_retry",
     )  # fmt: skip
-    assert 1.5 < _waited(envelope) <= 3
+    assert_waits(timed, 3)
 
 
 # --- 5xx ------------------------------------------------------------------------------
