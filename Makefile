@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest venv venv-dev clean schema
+.PHONY: demo test lint typecheck pytest venv venv-dev clean schema coverage
 
 # `make demo` installs only what the main job needs (the package and its runtime
 # dependencies), and shows pip's progress so the install is never silent.
@@ -39,11 +39,18 @@ typecheck: venv-dev
 pytest: venv-dev
 	$(BIN)/pytest -W error $(PYTEST_ARGS)
 
+# The suite under coverage, subprocesses included (docs/coverage.md).
+coverage: venv-dev
+	rm -rf .coverage && mkdir -p .coverage
+	$(BIN)/coverage run -m pytest -W error $(PYTEST_ARGS)
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report
+
 schema: venv
 	$(BIN)/toolsafe schema > adapters/schema/envelope.schema.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage
 
 # The benchmarks of DESIGN §10 (docs/benchmarks.md): several minutes against the real
 # Redis (database 12) and PostgreSQL (database toolsafe_bench, created and dropped).
