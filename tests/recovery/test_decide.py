@@ -185,7 +185,7 @@ def test_success_for_another_operation_ref_is_treated_as_unknown_for_a_write() -
 def test_error_for_another_operation_ref_escalates_a_read() -> None:
     decision = run(step(traits=READ), Executed(error(operation_ref="run_81/step_5")))
     assert decision.state is S.ESCALATED
-    assert decision.reason == R.ADAPTER_CONTRACT_VIOLATION
+    assert decision.reason == R.OPERATION_REF_MISMATCH
 
 
 # ------------------------------------------------------------------ verifying → …
@@ -437,7 +437,7 @@ def test_invalid_input_field_errors_are_named() -> None:
     )
     with pytest.raises(TransitionRefused) as refused:
         run(snapshot, outcome)
-    assert refused.value.code == R.INVALID_INPUT
+    assert refused.value.code == R.CORRECTED_INPUT_INVALID
     assert "recipient_email (VALUE_ERROR)" in refused.value.message
 
 
