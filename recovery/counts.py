@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from toolsafe.recovery.reasons import REFUSED_NOOPS, UNVERIFIABLE_UNKNOWN
+from toolsafe.recovery.reasons import REFUSED_NOOPS, UNSPECIFIED, UNVERIFIABLE_UNKNOWN
 from toolsafe.recovery.states import TERMINAL, StepState
 
 # Why a claim for execution was refused (the store's ``noop`` reasons): these are
@@ -268,7 +268,7 @@ def compute_counts(steps: Iterable[StepLike], events: Iterable[EventLike]) -> Co
         escalations_by_reason=dict(
             sorted(
                 Counter(
-                    step.reason or "UNSPECIFIED"
+                    step.reason or UNSPECIFIED
                     for step in step_list
                     if step.state is StepState.ESCALATED
                 ).items()

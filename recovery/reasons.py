@@ -21,6 +21,7 @@ OPERATION_REF_MISMATCH: Final = "OPERATION_REF_MISMATCH"
 REJECTED: Final = "REJECTED"
 CANCELLED: Final = "CANCELLED"
 OPERATOR_RESOLVED: Final = "OPERATOR_RESOLVED"
+UNSPECIFIED: Final = "UNSPECIFIED"
 
 REASONS: Final[dict[str, str]] = {
     ATTEMPTS_EXHAUSTED: "no execution left: min(policy, the envelope's max_attempts_remaining)",
@@ -33,6 +34,7 @@ REASONS: Final[dict[str, str]] = {
     REJECTED: "a human rejected the approval request (failed)",
     CANCELLED: "the agent service or an operator cancelled the step (cancelled)",
     OPERATOR_RESOLVED: "an operator closed the escalated step as succeeded or failed",
+    UNSPECIFIED: "what the counts show for an escalated step with no reason recorded",
 }
 """Reasons the runtime itself assigns. An ``escalate`` envelope escalates with its own
 code instead (e.g. ``VERSION_CONFLICT``)."""

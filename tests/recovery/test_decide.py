@@ -262,7 +262,9 @@ def test_lookup_unavailable_too_often_escalates() -> None:
 
 def test_verification_without_lookup_escalates() -> None:
     snapshot = step(S.VERIFYING, commit_state="unknown", traits=WRITE_NO_LOOKUP)
-    decision = run(snapshot, LookedUp(LookupUnavailable(checked_at=NOW, code="NO_LOOKUP")))
+    decision = run(
+        snapshot, LookedUp(LookupUnavailable(checked_at=NOW, code="LOOKUP_NOT_PROVIDED"))
+    )
     assert_edge(S.VERIFYING, decision, S.ESCALATED)
     assert decision.reason == R.NO_LOOKUP
 

@@ -351,7 +351,7 @@ def test_record_lookup_results(
         assert event.detail["lookup"] == {
             "checked_at": T0.isoformat(),
             "unavailable": True,
-            "code": "LOOKUP_UNAVAILABLE",
+            "code": "LOOKUP_UNSPECIFIED",
         }
 
 
