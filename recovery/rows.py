@@ -18,8 +18,6 @@ from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.states import StepState
 
-S = StepState
-
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
