@@ -46,8 +46,8 @@ class LookupNotFound:
 
 @dataclass(frozen=True)
 class LookupUnavailable:
-    """The lookup itself could not be answered; nothing is known. ``code`` is one of
-    ``toolsafe.adapters.codes.LOOKUP_CODES``."""
+    """The lookup itself could not be answered; nothing is known. ``code`` says why:
+    toolsafe's own adapters and guard use ``toolsafe.adapters.codes.LOOKUP_CODES``."""
 
     checked_at: datetime
     code: str = LOOKUP_UNSPECIFIED
