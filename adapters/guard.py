@@ -39,7 +39,7 @@ log = logging.getLogger("toolsafe.adapters")
 INVALID_INPUT: Final = codes.INVALID_INPUT
 ADAPTER_EXCEPTION: Final = codes.ADAPTER_EXCEPTION
 ADAPTER_CONTRACT_VIOLATION: Final = codes.ADAPTER_CONTRACT_VIOLATION
-LOOKUP_EXCEPTION: Final = "LOOKUP_EXCEPTION"
+LOOKUP_EXCEPTION: Final = codes.LOOKUP_EXCEPTION
 
 
 def invalid_input(
@@ -160,7 +160,7 @@ def call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
     """Run the adapter's lookup; an exception or a wrong answer counts as unavailable."""
     now = datetime.now(UTC)
     if not adapter.has_lookup:
-        return LookupUnavailable(checked_at=now, code="NO_LOOKUP")
+        return LookupUnavailable(checked_at=now, code=codes.LOOKUP_NOT_PROVIDED)
     try:
         found = adapter.lookup(operation_ref)
     except Exception as error:
@@ -171,5 +171,5 @@ def call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
         )
         return LookupUnavailable(checked_at=now, code=LOOKUP_EXCEPTION)
     if not isinstance(found, LookupFound | LookupNotFound | LookupUnavailable):
-        return LookupUnavailable(checked_at=now, code=ADAPTER_CONTRACT_VIOLATION)
+        return LookupUnavailable(checked_at=now, code=codes.LOOKUP_CONTRACT_VIOLATION)
     return found

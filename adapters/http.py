@@ -419,21 +419,21 @@ class HttpAdapter(Adapter[InputT]):
                 type(error).__name__,
                 extra={"event": "lookup_error", "tool": self.tool},
             )
-            return LookupUnavailable(checked_at=datetime.now(UTC), code="LOOKUP_UNREACHABLE")
+            return LookupUnavailable(checked_at=datetime.now(UTC), code=codes.LOOKUP_UNREACHABLE)
         now = observed.received_at
         if observed.status == 404:
             upstream, _ = error_parts(observed.json_object() or {})
             if self.lookup_not_found_codes is None or upstream in self.lookup_not_found_codes:
                 return LookupNotFound(checked_at=now)
-            return LookupUnavailable(checked_at=now, code="LOOKUP_UNEXPECTED_404")
+            return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNEXPECTED_404)
         if 200 <= observed.status < 300:
             body = observed.json_object()
             if body is not None and not reports_failure(body):
                 result, evidence = self.extract_record(body)
                 if evidence is not None:
                     return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
-            return LookupUnavailable(checked_at=now, code="LOOKUP_UNREADABLE")
-        return LookupUnavailable(checked_at=now, code=f"LOOKUP_HTTP_{observed.status}")
+            return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+        return LookupUnavailable(checked_at=now, code=codes.lookup_http(observed.status))
 
 
 class HttpWriteAdapter(HttpAdapter[InputT]):

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from toolsafe.adapters.codes import LOOKUP_UNSPECIFIED
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -45,10 +46,11 @@ class LookupNotFound:
 
 @dataclass(frozen=True)
 class LookupUnavailable:
-    """The lookup itself could not be answered; nothing is known."""
+    """The lookup itself could not be answered; nothing is known. ``code`` says why:
+    toolsafe's own adapters and guard use ``toolsafe.adapters.codes.LOOKUP_CODES``."""
 
     checked_at: datetime
-    code: str = "LOOKUP_UNAVAILABLE"
+    code: str = LOOKUP_UNSPECIFIED
 
 
 LookupResult = LookupFound | LookupNotFound | LookupUnavailable

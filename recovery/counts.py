@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from toolsafe.recovery.reasons import UNVERIFIABLE_UNKNOWN
+from toolsafe.recovery.reasons import REFUSED_NOOPS, UNSPECIFIED, UNVERIFIABLE_UNKNOWN
 from toolsafe.recovery.states import TERMINAL, StepState
 
-# Why a claim for execution was refused (the store's ``noop`` reasons): these three are
+# Why a claim for execution was refused (the store's ``noop`` reasons): these are
 # executions that would have written again; every other ``noop`` (an execution hint that
 # was not due or waits on a human, any verification hint) is a redelivery with nothing to do.
-REFUSED_REASONS: Final = ("unknown_outcome", "claimed", "terminal")
+REFUSED_REASONS: Final = REFUSED_NOOPS
 
 QUANTILES: Final = (0.5, 0.95, 0.99)
 
@@ -268,7 +268,7 @@ def compute_counts(steps: Iterable[StepLike], events: Iterable[EventLike]) -> Co
         escalations_by_reason=dict(
             sorted(
                 Counter(
-                    step.reason or "UNSPECIFIED"
+                    step.reason or UNSPECIFIED
                     for step in step_list
                     if step.state is StepState.ESCALATED
                 ).items()

@@ -170,7 +170,7 @@ def _executed(
         # not known, so a write is treated as unknown and a read changed nothing.
         if step.traits.writes:
             return _verify_unknown(step, now, policy, rng)
-        return _escalate(step, R.ADAPTER_CONTRACT_VIOLATION, "not_committed")
+        return _escalate(step, R.OPERATION_REF_MISMATCH, "not_committed")
     if isinstance(envelope, ToolError):
         return _tool_error(step, envelope, now, policy, rng)
     return _to(
@@ -328,7 +328,9 @@ def _input_corrected(step: StepSnapshot, outcome: InputCorrected, now: datetime)
         )
     if outcome.field_errors:
         named = ", ".join(f"{error.field} ({error.code})" for error in outcome.field_errors)
-        raise TransitionRefused(R.INVALID_INPUT, f"the corrected input fails validation: {named}")
+        raise TransitionRefused(
+            R.CORRECTED_INPUT_INVALID, f"the corrected input fails validation: {named}"
+        )
     return _to(
         step,
         S.PENDING,

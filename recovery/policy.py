@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import MappingProxyType
 
 
 @dataclass(frozen=True)
@@ -63,18 +61,3 @@ class Policy:
     def __post_init__(self) -> None:
         if self.loop_guard < 1:
             raise ValueError("loop_guard must be at least 1")
-
-
-@dataclass(frozen=True)
-class Policies:
-    """The policy of each tool: the settings' default unless the tool has its own."""
-
-    default: Policy = field(default_factory=Policy)
-    per_tool: Mapping[str, Policy] = field(default_factory=dict, hash=False)
-
-    def __post_init__(self) -> None:
-        # A read-only copy: a frozen value must not change behind its users' backs.
-        object.__setattr__(self, "per_tool", MappingProxyType(dict(self.per_tool)))
-
-    def for_tool(self, tool: str) -> Policy:
-        return self.per_tool.get(tool, self.default)

@@ -5,41 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from pydantic import ValidationError
 from sqlalchemy import Row
 
 from toolsafe.adapters.envelope import AnySuccess, CommitState, Verification, to_wire
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.recovery import guards
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
 from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.records import StepRecord
-from toolsafe.recovery.states import TERMINAL, StepState
-
-S = StepState
-
-CLAIMABLE: Final = (S.PENDING.value, S.WAITING_RETRY.value)
-"""States an execution claim starts from (DESIGN §5)."""
-
-# Why a claim for execution did not happen; the ``noop`` event's ``reason``. Together
-# they count the duplicate writes the store prevented.
-NOOP_NOT_DUE: Final = "not_due"
-NOOP_CLAIMED: Final = "claimed"
-NOOP_UNKNOWN_OUTCOME: Final = "unknown_outcome"
-NOOP_TERMINAL: Final = "terminal"
-NOOP_WAITING_ON_HUMAN: Final = "waiting_on_human"
-NOOP_ATTEMPTS_SPENT: Final = "attempts_spent"
-NOOP_MISSING: Final = "missing"
-NOOP_REASONS: Final = (
-    NOOP_NOT_DUE,
-    NOOP_CLAIMED,
-    NOOP_UNKNOWN_OUTCOME,
-    NOOP_TERMINAL,
-    NOOP_WAITING_ON_HUMAN,
-    NOOP_ATTEMPTS_SPENT,
-    NOOP_MISSING,
-)
+from toolsafe.recovery.states import StepState
 
 
 def iso(value: datetime | None) -> str | None:
@@ -48,42 +25,12 @@ def iso(value: datetime | None) -> str | None:
 
 def execution_refusal(row: Row[Any] | None, now: datetime) -> str | None:
     """Why this row may not be claimed for execution now; ``None`` when it may."""
-    if row is None:
-        return NOOP_MISSING
-    state = StepState(row.state)
-    if state in TERMINAL:
-        return NOOP_TERMINAL
-    if state is S.IN_FLIGHT:
-        return NOOP_CLAIMED
-    if state is S.VERIFYING or row.commit_state == "unknown":
-        # `unknown` beats everything: verification first, whatever else the row says.
-        return NOOP_UNKNOWN_OUTCOME
-    if state in (S.NEEDS_INPUT, S.AWAITING_APPROVAL):
-        return NOOP_WAITING_ON_HUMAN
-    if row.attempts >= row.max_attempts:
-        return NOOP_ATTEMPTS_SPENT
-    if row.due_at is None or row.due_at > now:
-        return NOOP_NOT_DUE
-    return None
+    return guards.EXECUTION.refusal(row, now)
 
 
 def verification_refusal(row: Row[Any] | None, now: datetime) -> str | None:
     """Why this row may not be claimed for verification now; ``None`` when it may."""
-    if row is None:
-        return NOOP_MISSING
-    state = StepState(row.state)
-    if state in TERMINAL:
-        return NOOP_TERMINAL
-    if state in (S.NEEDS_INPUT, S.AWAITING_APPROVAL):
-        return NOOP_WAITING_ON_HUMAN
-    if state is not S.VERIFYING:
-        # pending / waiting_retry / in_flight: nothing to verify.
-        return NOOP_CLAIMED if state is S.IN_FLIGHT else NOOP_NOT_DUE
-    if row.lease_expires_at is not None and row.lease_expires_at > now:
-        return NOOP_CLAIMED
-    if row.due_at is None or row.due_at > now:
-        return NOOP_NOT_DUE
-    return None
+    return guards.VERIFICATION.refusal(row, now)
 
 
 def snapshot(row: Row[Any] | StepRecord, traits: ToolTraits) -> StepSnapshot:

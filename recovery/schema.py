@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from toolsafe.adapters.envelope import COMMIT_STATES
-from toolsafe.recovery.states import WORK_STATES, StepState
+from toolsafe.recovery.states import LEASED, WORK_STATES, StepState
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -65,7 +65,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 STATE_VALUES: Final = tuple(state.value for state in StepState)
 WORK_STATE_VALUES: Final = tuple(state.value for state in StepState if state in WORK_STATES)
-LEASED_STATE_VALUES: Final = (StepState.IN_FLIGHT.value, StepState.VERIFYING.value)
+LEASED_STATE_VALUES: Final = tuple(state.value for state in StepState if state in LEASED)
 
 
 def _in_list(column: str, values: tuple[str, ...]) -> str:

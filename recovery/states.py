@@ -1,4 +1,5 @@
-"""Step states and the transition table of DESIGN §5, in one place.
+"""Step states, every set of them the code uses, and the transition table of DESIGN §5,
+in one place.
 
 The same vocabulary is the database CHECK constraint (``toolsafe.recovery.schema``) and the
 diagram in ``docs/lifecycle.md``; a test keeps the three in agreement.
@@ -35,6 +36,23 @@ WAITING: Final = frozenset(
 
 WORK_STATES: Final = frozenset({S.PENDING, S.WAITING_RETRY, S.VERIFYING})
 """States in which a worker has something to do once ``due_at`` has passed."""
+
+WAITING_ON_HUMAN: Final = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
+"""States that wait for a person: corrected input, or an approval."""
+
+NEEDS_AGENT: Final = WAITING_ON_HUMAN | TERMINAL
+"""States in which the agent service has to act or read the end result; nothing else
+moves such a step, so a run whose steps are all here has settled."""
+
+CLAIMABLE: Final = frozenset({S.PENDING, S.WAITING_RETRY})
+"""States an execution claim starts from (R3); ``toolsafe.recovery.guards`` holds the rest
+of the claim guard."""
+
+LEASED: Final = frozenset({S.IN_FLIGHT, S.VERIFYING})
+"""States that hold a lease while a worker has them; the sweeper expires it (R4)."""
+
+RESOLUTION_TARGETS: Final = frozenset({S.SUCCEEDED, S.FAILED})
+"""Where an operator's resolution closes an escalated step (a re-drive goes to pending)."""
 
 
 # (from, to, label): every edge of the lifecycle, labelled as in the docs.

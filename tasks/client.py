@@ -14,14 +14,15 @@ from typing import Any
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery import reasons as R
 from toolsafe.recovery.outcomes import TransitionRefused
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.store import Recorded, StepRecord
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
 from toolsafe.tasks.runtime import utcnow
-from toolsafe.tasks.views import NEEDS_AGENT, StepView, build_view
+from toolsafe.tasks.views import StepView, build_view
 
 
 class InvalidInput(ToolsafeError, ValueError):
@@ -121,10 +122,6 @@ class Client:
         store = self.runtime.store
         return build_view(store.get(operation_ref), store.events(operation_ref))
 
-    def state(self, operation_ref: str) -> StepRecord:
-        """The stored step (for operators' tools; agents use ``view``)."""
-        return self.runtime.store.get(operation_ref)
-
     def wait(self, operation_ref: str, timeout: float = 30.0, poll: float = 0.05) -> StepView:
         """Until the step needs the agent (input, approval) or is terminal."""
         deadline = time.monotonic() + timeout
@@ -191,9 +188,9 @@ class Client:
     ) -> StepView:
         """Close an escalated step as succeeded or failed, with a recorded reason."""
         target = StepState(to)
-        if target not in (StepState.SUCCEEDED, StepState.FAILED):
+        if target not in RESOLUTION_TARGETS:
             raise TransitionRefused(
-                "BAD_RESOLUTION", f"resolve to succeeded or failed, not {target}; use redrive"
+                R.INVALID_RESOLUTION, f"resolve to succeeded or failed, not {target}; use redrive"
             )
         return self._resolve(operation_ref, target, operator, reason)
 
@@ -208,7 +205,7 @@ class Client:
 
     def _resolve(self, operation_ref: str, to: StepState, operator: str, reason: str) -> StepView:
         if not reason.strip():
-            raise TransitionRefused("REASON_REQUIRED", "an operator resolution needs a reason")
+            raise TransitionRefused(R.REASON_REQUIRED, "an operator resolution needs a reason")
         step = self.runtime.store.get(operation_ref)
         recorded = self.runtime.store.resolve(
             operation_ref,

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
-from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
+from toolsafe.adapters import codes
+from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import call_adapter, call_lookup
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
@@ -24,7 +25,7 @@ from toolsafe.tasks.runtime import Runtime, utcnow
 
 log = logging.getLogger("toolsafe.pipeline")
 
-UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+UNKNOWN_TOOL: Final = codes.UNKNOWN_TOOL
 
 
 class Hints(Protocol):
@@ -63,17 +64,7 @@ def approval_ref(step: StepRecord) -> str | None:
 
 def unknown_tool(operation_ref: str, tool: str) -> ToolError:
     """No adapter for the step's tool in this worker: nothing was sent."""
-    return ToolError(
-        code=UNKNOWN_TOOL,
-        category="internal",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="escalate",
-        operation_ref=operation_ref,
-        safe_details={"tool": tool[:100]},
-        agent_message="No worker knows this tool; nothing was sent. An operator will look.",
-        user_message="The action could not be started and was handed to an operator.",
-    )
+    return codes.build_error(UNKNOWN_TOOL, operation_ref, {"tool": tool[:100]})
 
 
 def carry_out(
@@ -158,7 +149,7 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
         with runtime.faults.during("during_call", operation_ref):
             found = call_lookup(runtime.adapter(step.tool), operation_ref)
     else:
-        found = LookupUnavailable(checked_at=utcnow(), code=UNKNOWN_TOOL)
+        found = LookupUnavailable(checked_at=utcnow(), code=codes.LOOKUP_UNKNOWN_TOOL)
     return _record(
         runtime, hints, claim, LookedUp(found), "verify_recorded", result=type(found).__name__
     )

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from toolsafe.recovery.states import TERMINAL, StepState, ui_group
+from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
 # The envelope fields the model and UIs may see (DESIGN §1); result is the adapter's
@@ -46,9 +46,6 @@ SAFE_DETAIL_KEYS: Final = (
     "fields",
 )
 MAX_TEXT: Final = 200
-
-NEEDS_AGENT: Final = frozenset({StepState.NEEDS_INPUT, StepState.AWAITING_APPROVAL}) | TERMINAL
-"""States in which the agent service has to act or read the end result."""
 
 
 @dataclass(frozen=True)

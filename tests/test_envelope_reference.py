@@ -1,4 +1,5 @@
-"""docs/envelope-reference.md agrees with the code catalogue and the runtime's reasons."""
+"""docs/envelope-reference.md agrees with every catalogue of codes: envelope and lookup
+codes, the runtime's reasons and refusals, the no-op reasons."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import sys
 from pathlib import Path
 
 from toolsafe import reference
-from toolsafe.adapters.codes import CATALOGUE
-from toolsafe.recovery.reasons import REASONS, REFUSALS
+from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES
+from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "envelope-reference.md"
@@ -50,6 +51,13 @@ def test_every_reason_refusal_and_pipeline_code_is_documented() -> None:
     text = DOC.read_text(encoding="utf-8")
     for code in (*REASONS, *REFUSALS, UNKNOWN_TOOL):
         assert f"| `{code}` |" in text, code
+
+
+def test_every_lookup_code_and_no_op_reason_is_documented_with_its_meaning() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for catalogue in (LOOKUP_CODES, NOOP_REASONS, REASONS, REFUSALS):
+        for code, meaning in catalogue.items():
+            assert f"| `{code}` | {meaning.replace('|', chr(92) + '|')} |" in text, code
 
 
 def test_the_documented_command_prints_the_page() -> None:

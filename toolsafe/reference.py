@@ -1,13 +1,14 @@
-"""Renders ``docs/envelope-reference.md`` from the code catalogue and the runtime's reason
-codes, so the reference cannot drift from the code (a test compares the two)."""
+"""Renders ``docs/envelope-reference.md`` from every catalogue of codes (envelope codes,
+lookup codes, runtime reasons, refusals, no-op reasons), so the reference cannot drift
+from the code (a test compares the two)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
 
-from toolsafe.adapters.codes import CATALOGUE, CodeSpec
-from toolsafe.recovery.reasons import REASONS, REFUSALS
+from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES, CodeSpec
+from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 
 _ORDER = ("validation", "authorization", "conflict", "dependency", "internal")
 
@@ -20,7 +21,9 @@ hand. tests/test_envelope_reference.py fails when this page and the code disagre
 Every error an adapter shipped with toolsafe returns is a `ToolError` envelope (see the
 contract in `adapters/envelope.py` and the JSON Schema printed by `toolsafe schema`). Its
 `code` is stable; this page lists each code of the catalogue in `adapters/codes.py` with
-the classification it carries by default.
+the classification it carries by default, then every other catalogue of codes: the
+runtime's reasons and refusals, the lookup codes and the no-op reasons. No string is in
+two catalogues.
 
 - **attempts left** is the envelope's `retry.max_attempts_remaining`; the runtime keeps
   its own, stricter count (attempts left = min(policy, envelope)).
@@ -137,6 +140,25 @@ def render() -> str:
             "The `code` of `TransitionRefused` when the runtime refuses an agent's or "
             "operator's action; nothing is written.",
             REFUSALS,
+        )
+    )
+    lines.extend(
+        _codes_table(
+            "Lookup codes",
+            "The `code` of a `LookupUnavailable`: why a lookup could answer neither found "
+            "nor not found. The step stays `verifying` and looks again; after "
+            "`policy.verification.max_unavailable` of them in a row it escalates with "
+            "`LOOKUP_UNAVAILABLE`. A code ending in `<…>` is a family.",
+            LOOKUP_CODES,
+        )
+    )
+    lines.extend(
+        _codes_table(
+            "No-op reasons",
+            "The `reason` of a `noop` event: why a claim did nothing. Of an execution "
+            f"claim, {', '.join(f'`{reason}`' for reason in REFUSED_NOOPS)} count as "
+            "duplicate writes prevented (`docs/counts.md`).",
+            NOOP_REASONS,
         )
     )
     return "\n".join(lines).rstrip("\n") + "\n"

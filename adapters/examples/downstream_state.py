@@ -8,6 +8,7 @@ import json
 import re
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -42,6 +43,26 @@ BEFORE_STORE: Final = frozenset(
 AFTER_STORE: Final = frozenset(
     {"stall_after_store", "error_after_store", "drop_after_store", "respond"}
 )
+DOWNSTREAM_CODES: Final[Mapping[str, str]] = {
+    "BAD_CONTENT_LENGTH": "the request's Content-Length is not a number",
+    "BODY_TOO_LARGE": "the request body exceeds the service's limit",
+    "MALFORMED_JSON": "the request body is not a JSON object",
+    "NOT_FOUND": "no record (or route) for what was asked",
+    "MISSING_OPERATION_REF": "a lookup without the operation_ref parameter",
+    "BAD_FAULT": "a fault injected through the control API is not valid",
+    "IDEMPOTENCY_KEY_IN_FLIGHT": "a request with this key is still being processed",
+    "IDEMPOTENCY_KEY_REUSED": "the key was used before for a different payload",
+    "RATE_LIMITED": "too many requests; Retry-After says when to come back",
+    "VERSION_CONFLICT": "the record changed since it was read",
+    "MISSING_APPROVAL": "the operation needs an approval reference header",
+    "INVALID_CUSTOMER": "customer_id is missing or empty",
+    "INVALID_AMOUNT": "amount_cents is not a positive amount",
+    "INVALID_CURRENCY": "currency is not three capital letters",
+    "INVALID_RECIPIENT_ADDRESS": "recipient_email is malformed or its domain takes no mail",
+    "INVALID_SUBJECT": "the e-mail subject is missing",
+}
+"""The example service's own error codes (a downstream's vocabulary, not toolsafe's: the
+example adapters translate them into envelope codes)."""
 APPROVAL_HEADER: Final = "X-Approval-Ref"
 MAX_BODY: Final = 1_048_576
 _EMAIL: Final = re.compile(r"^[^@\s]+@([A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+)$")

@@ -21,7 +21,6 @@ from sqlalchemy import (
     case,
     func,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -29,11 +28,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from toolsafe.adapters.protocol import LookupFound
 from toolsafe.recovery.decide import decide
+from toolsafe.recovery.guards import EXECUTION
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, Outcome
 from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.reasons import NOOP_CLAIMED
 from toolsafe.recovery.records import EventRecord, StepRecord
 from toolsafe.recovery.rows import (
-    CLAIMABLE,
     decision_detail,
     decision_values,
     execution_refusal,
@@ -234,13 +234,8 @@ def _claim_fast_statement() -> Select[Any]:
     now = bindparam("now", type_=steps.c.updated_at.type)
     claim = (
         update(steps)
-        .where(
-            steps.c.id == prior.c.id,
-            steps.c.state.in_(CLAIMABLE),
-            steps.c.due_at <= now,
-            steps.c.attempts < steps.c.max_attempts,
-            or_(steps.c.commit_state.is_(None), steps.c.commit_state != "unknown"),
-        )
+        # The guard that ``execution_refusal`` evaluates in Python, compiled (R3).
+        .where(steps.c.id == prior.c.id, *EXECUTION.where(steps, now))
         .values(
             state=S.IN_FLIGHT.value,
             lease_owner=bindparam("owner"),
@@ -368,7 +363,7 @@ def _noop(
         to_state=state,
         label=f"{claim} claim refused",
         # A guard that passed a moment ago and lost the race names the winner's state.
-        detail={"claim": claim, "reason": reason or "claimed"},
+        detail={"claim": claim, "reason": reason or NOOP_CLAIMED},
     )
 
 

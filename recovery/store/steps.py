@@ -10,15 +10,15 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, func, select
+from sqlalchemy import Connection, Engine, Row, select
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
-from toolsafe.recovery.db import READ_ONLY, make_engine, with_db_retry
+from toolsafe.recovery.db import READ_ONLY, with_db_retry
 from toolsafe.recovery.outcomes import (
     Approved,
     Cancelled,
@@ -32,6 +32,7 @@ from toolsafe.recovery.outcomes import (
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import (
     Claim,
     EventRecord,
@@ -41,8 +42,7 @@ from toolsafe.recovery.records import (
     event_record,
     step_record,
 )
-from toolsafe.recovery.rows import NOOP_REASONS
-from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import ops as ops
 from toolsafe.recovery.store import sql as sql
@@ -63,9 +63,6 @@ __all__ = [
     "Validator",
     "new_operation_ref",
 ]
-
-CONCURRENT_CHANGE: Final = "CONCURRENT_CHANGE"
-"""Refusal code: the step changed between reading it and writing the action."""
 
 
 class StepNotFound(ToolsafeError, LookupError):
@@ -128,10 +125,6 @@ class StepStore:
         self.engine = engine
         self._rng = rng or random.Random()
 
-    @classmethod
-    def from_url(cls, url: str) -> StepStore:
-        return cls(make_engine(url))
-
     def _write(self, work: Callable[[Connection], T]) -> T:
         def attempt() -> T:
             with self.engine.begin() as conn:
@@ -150,28 +143,6 @@ class StepStore:
 
     # -------------------------------------------------------------- submit and read
 
-    def create_step(
-        self,
-        tool: str,
-        input: Mapping[str, Any],
-        *,
-        operation_ref: str | None,
-        policy: Policy,
-        now: datetime,
-        published_at: datetime | None = None,
-    ) -> tuple[StepRecord, bool]:
-        """Commit a ``pending`` step due now; returns (step, created). Idempotent by
-        operation_ref; a different tool/input raises ``OperationRefConflict``."""
-        done = self.submit(
-            tool,
-            input,
-            operation_ref=operation_ref,
-            policy=policy,
-            now=now,
-            published_at=published_at,
-        )
-        return done.step, done.created
-
     def submit(
         self,
         tool: str,
@@ -182,9 +153,11 @@ class StepStore:
         now: datetime,
         published_at: datetime | None = None,
     ) -> Submitted:
-        """``create_step``, plus the new step's ``submitted`` event (None when the ref
-        existed). ``published_at`` stamps the hint the caller publishes after the commit;
-        a lost one is re-published by the sweeper after ``republish_after`` (R7)."""
+        """Commit a ``pending`` step due now, with its ``submitted`` event (None when the
+        ref existed: the existing step comes back). Idempotent by operation_ref; another
+        tool or input under it raises ``OperationRefConflict`` (R2). ``published_at``
+        stamps the hint the caller publishes after the commit; a lost one is re-published
+        by the sweeper after ``republish_after`` (R7)."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
             raise InvalidOperationRef(ref)
@@ -230,25 +203,6 @@ class StepStore:
         if states is not None:
             query = query.where(steps.c.state.in_([StepState(state).value for state in states]))
         return [step_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
-
-    def counts_by_state(self) -> dict[StepState, int]:
-        """Every state with its number of steps (zero included), for the CLI and metrics."""
-        query = select(steps.c.state, func.count()).group_by(steps.c.state)
-        found = {state: count for state, count in self._read(lambda c: c.execute(query).all())}
-        return {state: int(found.get(state.value, 0)) for state in StepState}
-
-    def noop_counts(self) -> dict[str, int]:
-        """Refused execution claims by reason: the duplicate writes the store prevented."""
-        reason = step_events.c.detail["reason"].as_string()
-        query = (
-            select(reason, func.count())
-            .where(
-                step_events.c.kind == "noop", step_events.c.detail["claim"].as_string() == "execute"
-            )
-            .group_by(reason)
-        )
-        found = {key: count for key, count in self._read(lambda c: c.execute(query).all())}
-        return {key: int(found.get(key, 0)) for key in NOOP_REASONS}
 
     # -------------------------------------------------------------- the worker's path
 

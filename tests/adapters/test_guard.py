@@ -198,11 +198,11 @@ def test_lookup_guard() -> None:
     now = datetime.now(UTC)
     found = LookupFound(checked_at=now, result={"id": 1}, evidence_ref="inv_1")
     assert call_lookup(Scripted(lookup_returns=found), REF) == found
-    assert call_lookup(ScriptedNoLookup(), REF).code == "NO_LOOKUP"  # type: ignore[union-attr]
+    assert call_lookup(ScriptedNoLookup(), REF).code == "LOOKUP_NOT_PROVIDED"  # type: ignore[union-attr]
     raised = call_lookup(Scripted(lookup_returns=RuntimeError("x")), REF)
     assert isinstance(raised, LookupUnavailable) and raised.code == "LOOKUP_EXCEPTION"
     wrong = call_lookup(Scripted(lookup_returns={"found": True}), REF)
-    assert isinstance(wrong, LookupUnavailable) and wrong.code == "ADAPTER_CONTRACT_VIOLATION"
+    assert isinstance(wrong, LookupUnavailable) and wrong.code == "LOOKUP_CONTRACT_VIOLATION"
 
 
 def test_guard_logs_carry_no_exception_text(caplog: pytest.LogCaptureFixture) -> None:

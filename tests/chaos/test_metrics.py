@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.recovery.store_support import create_step
 from toolsafe.adapters.envelope import Retry, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import LookupFound
 from toolsafe.metrics.exporter import exposition, metrics_address, read_counts, serve
@@ -52,7 +53,9 @@ def store(tmp_path: Path) -> StepStore:
     rng = random.Random(0)
     lease = timedelta(seconds=5)
     for ref in ("A", "B"):
-        store.create_step("create_invoice", {"r": ref}, operation_ref=ref, policy=POLICY, now=at(0))
+        create_step(
+            store, "create_invoice", {"r": ref}, operation_ref=ref, policy=POLICY, now=at(0)
+        )
     claim = store.claim_execution("A", "w", lease, at(1))
     assert claim is not None
     success = ToolSuccess[Any](

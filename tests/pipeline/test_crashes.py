@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from tests.recovery.store_support import create_step
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
@@ -140,7 +141,8 @@ def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str
     )
     # Committed but never published (the submitter died between the two, R2/R7).
     for ref in unpublished:
-        store.create_step(
+        create_step(
+            store,
             "create_invoice",
             INVOICE,
             operation_ref=ref,

@@ -1,16 +1,20 @@
-"""Helpers for the store tests: envelopes of each kind, traits, and a row crafted by hand."""
+"""Helpers for the store tests: envelopes of each kind, traits, a row crafted by hand, and
+the test-only reads and shortcuts the store itself does not ship."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
-from toolsafe.recovery.schema import steps
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.reasons import NOOP_REASONS
+from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepRecord, StepStore
 
 T0: Final = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE: Final = timedelta(seconds=30)
@@ -92,6 +96,44 @@ def escalate(ref: str) -> ToolError:
         retry=Retry(directive="never", max_attempts_remaining=0),
         next_action="escalate",
     )
+
+
+def create_step(
+    store: StepStore,
+    tool: str,
+    input: Mapping[str, Any],
+    *,
+    operation_ref: str | None,
+    policy: Policy,
+    now: datetime,
+    published_at: datetime | None = None,
+) -> tuple[StepRecord, bool]:
+    """``store.submit`` answered as (step, created): what most store tests need."""
+    done = store.submit(
+        tool, input, operation_ref=operation_ref, policy=policy, now=now, published_at=published_at
+    )
+    return done.step, done.created
+
+
+def counts_by_state(store: StepStore) -> dict[StepState, int]:
+    """Every state with its number of steps (zero included)."""
+    query = select(steps.c.state, func.count()).group_by(steps.c.state)
+    with store.engine.connect() as conn:
+        found = {state: count for state, count in conn.execute(query).all()}
+    return {state: int(found.get(state.value, 0)) for state in StepState}
+
+
+def noop_counts(store: StepStore) -> dict[str, int]:
+    """Refused execution claims by reason: the duplicate writes the store prevented."""
+    reason = step_events.c.detail["reason"].as_string()
+    query = (
+        select(reason, func.count())
+        .where(step_events.c.kind == "noop", step_events.c.detail["claim"].as_string() == "execute")
+        .group_by(reason)
+    )
+    with store.engine.connect() as conn:
+        found = {key: count for key, count in conn.execute(query).all()}
+    return {key: int(found.get(key, 0)) for key in NOOP_REASONS}
 
 
 def force(store: StepStore, operation_ref: str, **values: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.recovery.conftest import empty
-from tests.recovery.store_support import LEASE, POLICY, T0, contend
+from tests.recovery.store_support import LEASE, POLICY, T0, contend, create_step
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
@@ -73,7 +73,7 @@ def test_processes_racing_on_one_database(shared_url: str) -> None:
     pending = [f"due_{index}" for index in range(30)]
     crashed = [f"run_{index}" for index in range(30)]
     for ref in raced + pending + crashed:
-        store.create_step("create_invoice", {"ref": ref}, operation_ref=ref, policy=POLICY, now=T0)
+        create_step(store, "create_invoice", {"ref": ref}, operation_ref=ref, policy=POLICY, now=T0)
     for ref in crashed:
         assert store.claim_execution(ref, "crashed-worker", LEASE, T0) is not None
 
@@ -111,7 +111,7 @@ def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_sta
     from toolsafe.recovery.schema import steps
 
     store = pg_store
-    store.create_step("create_invoice", {"n": 1}, operation_ref="race/1", policy=POLICY, now=T0)
+    create_step(store, "create_invoice", {"n": 1}, operation_ref="race/1", policy=POLICY, now=T0)
     mover = store.engine.connect()
     transaction = mover.begin()
     mover.execute(

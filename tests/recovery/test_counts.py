@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.recovery.store_support import create_step
 from toolsafe.recovery.counts import (
     Counts,
     as_json,
@@ -332,8 +333,8 @@ def drive_store(url: str) -> Any:
         return done.step
 
     for ref in ("A", "B", "C", "E"):
-        store.create_step(
-            "create_invoice", {"ref": ref}, operation_ref=ref, policy=policy, now=at(0)
+        create_step(
+            store, "create_invoice", {"ref": ref}, operation_ref=ref, policy=policy, now=at(0)
         )
     # A: clean success.
     claim = store.claim_execution("A", "w1", lease, at(1))

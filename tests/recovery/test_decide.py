@@ -185,7 +185,7 @@ def test_success_for_another_operation_ref_is_treated_as_unknown_for_a_write() -
 def test_error_for_another_operation_ref_escalates_a_read() -> None:
     decision = run(step(traits=READ), Executed(error(operation_ref="run_81/step_5")))
     assert decision.state is S.ESCALATED
-    assert decision.reason == R.ADAPTER_CONTRACT_VIOLATION
+    assert decision.reason == R.OPERATION_REF_MISMATCH
 
 
 # ------------------------------------------------------------------ verifying → …
@@ -262,7 +262,9 @@ def test_lookup_unavailable_too_often_escalates() -> None:
 
 def test_verification_without_lookup_escalates() -> None:
     snapshot = step(S.VERIFYING, commit_state="unknown", traits=WRITE_NO_LOOKUP)
-    decision = run(snapshot, LookedUp(LookupUnavailable(checked_at=NOW, code="NO_LOOKUP")))
+    decision = run(
+        snapshot, LookedUp(LookupUnavailable(checked_at=NOW, code="LOOKUP_NOT_PROVIDED"))
+    )
     assert_edge(S.VERIFYING, decision, S.ESCALATED)
     assert decision.reason == R.NO_LOOKUP
 
@@ -437,7 +439,7 @@ def test_invalid_input_field_errors_are_named() -> None:
     )
     with pytest.raises(TransitionRefused) as refused:
         run(snapshot, outcome)
-    assert refused.value.code == R.INVALID_INPUT
+    assert refused.value.code == R.CORRECTED_INPUT_INVALID
     assert "recipient_email (VALUE_ERROR)" in refused.value.message
 
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from toolsafe.recovery.backoff import full_jitter, retry_delay, verification_delay
-from toolsafe.recovery.policy import Policies, Policy, RetryPolicy, VerificationPolicy
+from toolsafe.recovery.policy import Policy, RetryPolicy, VerificationPolicy
+from toolsafe.settings import PolicySettings, Settings
 
 POLICY = Policy(
     retry=RetryPolicy(base_delay=timedelta(seconds=2), max_delay=timedelta(seconds=60)),
@@ -74,10 +75,9 @@ def test_policy_values_are_checked() -> None:
 
 
 def test_policies_per_tool_fall_back_to_the_default() -> None:
-    strict = Policy(retry=RetryPolicy(max_attempts=1))
-    source = {"send_email": strict}
-    policies = Policies(default=POLICY, per_tool=source)
-    assert policies.for_tool("send_email") is strict
-    assert policies.for_tool("create_invoice") is POLICY
-    source["create_invoice"] = strict  # the caller's dict is copied, not shared
-    assert policies.for_tool("create_invoice") is POLICY
+    # The per-tool policies live in the settings, the one home of policy defaults.
+    strict = PolicySettings(max_attempts=1)
+    settings = Settings(tool_policies={"send_email": strict})
+    assert settings.policy_for("send_email") == strict.policy()
+    assert settings.policy_for("send_email").retry.max_attempts == 1
+    assert settings.policy_for("create_invoice") == settings.policy.policy()

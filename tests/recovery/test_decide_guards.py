@@ -389,7 +389,7 @@ def test_corrected_input_that_fails_validation_is_refused() -> None:
     )
     with pytest.raises(TransitionRefused) as refused:
         run(NEEDS_INPUT, outcome)
-    assert refused.value.code == R.INVALID_INPUT
+    assert refused.value.code == R.CORRECTED_INPUT_INVALID
     assert "recipient_email" in refused.value.message
 
 

@@ -15,7 +15,10 @@ from tests.recovery.store_support import (
     T0,
     WRITE,
     correct_input,
+    counts_by_state,
+    create_step,
     force,
+    noop_counts,
     retry_later,
     success,
     unknown,
@@ -36,7 +39,7 @@ RNG = random.Random(7)
 
 
 def _claimed(store: StepStore, ref: str = "run_81/step_4") -> Claim:
-    store.create_step("create_invoice", INPUT, operation_ref=ref, policy=POLICY, now=T0)
+    create_step(store, "create_invoice", INPUT, operation_ref=ref, policy=POLICY, now=T0)
     claim = store.claim_execution(ref, "worker-1", LEASE, T0)
     assert claim is not None
     return claim
@@ -54,8 +57,8 @@ def _verifying(store: StepStore, ref: str = "run_81/step_4") -> None:
 
 
 def test_create_step_commits_a_pending_step_due_now(store: StepStore) -> None:
-    step, created = store.create_step(
-        "create_invoice", INPUT, operation_ref="run_81/step_4", policy=POLICY, now=T0
+    step, created = create_step(
+        store, "create_invoice", INPUT, operation_ref="run_81/step_4", policy=POLICY, now=T0
     )
     assert created
     assert (step.state, step.due_at, step.attempts, step.max_attempts) == (S.PENDING, T0, 0, 3)
@@ -68,10 +71,12 @@ def test_create_step_commits_a_pending_step_due_now(store: StepStore) -> None:
 
 
 def test_create_step_is_idempotent_by_operation_ref(store: StepStore) -> None:
-    first, _ = store.create_step("create_invoice", INPUT, operation_ref="r1", policy=POLICY, now=T0)
+    first, _ = create_step(
+        store, "create_invoice", INPUT, operation_ref="r1", policy=POLICY, now=T0
+    )
     reordered = dict(reversed(list(INPUT.items())))
-    again, created = store.create_step(
-        "create_invoice", reordered, operation_ref="r1", policy=POLICY, now=T0 + LEASE
+    again, created = create_step(
+        store, "create_invoice", reordered, operation_ref="r1", policy=POLICY, now=T0 + LEASE
     )
     assert not created and again == first
     assert len(store.events("r1")) == 1
@@ -84,18 +89,18 @@ def test_create_step_is_idempotent_by_operation_ref(store: StepStore) -> None:
 def test_create_step_refuses_the_same_ref_for_another_call(
     store: StepStore, tool: str, data: dict[str, object], what: str
 ) -> None:
-    store.create_step("create_invoice", INPUT, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "create_invoice", INPUT, operation_ref="r1", policy=POLICY, now=T0)
     with pytest.raises(OperationRefConflict) as raised:
-        store.create_step(tool, data, operation_ref="r1", policy=POLICY, now=T0)
+        create_step(store, tool, data, operation_ref="r1", policy=POLICY, now=T0)
     assert raised.value.what == what and "r1" in str(raised.value)
     assert store.get("r1").tool == "create_invoice"
 
 
 def test_create_step_generates_and_checks_operation_refs(store: StepStore) -> None:
-    step, created = store.create_step("t", {}, operation_ref=None, policy=POLICY, now=T0)
+    step, created = create_step(store, "t", {}, operation_ref=None, policy=POLICY, now=T0)
     assert created and step.operation_ref.startswith("op_") and len(step.operation_ref) == 35
     with pytest.raises(InvalidOperationRef):
-        store.create_step("t", {}, operation_ref="has space", policy=POLICY, now=T0)
+        create_step(store, "t", {}, operation_ref="has space", policy=POLICY, now=T0)
 
 
 def test_reads_of_a_missing_step(store: StepStore) -> None:
@@ -106,12 +111,12 @@ def test_reads_of_a_missing_step(store: StepStore) -> None:
 
 def test_list_steps_and_counts_by_state(store: StepStore) -> None:
     for index in range(3):
-        store.create_step("t", {"i": index}, operation_ref=f"r{index}", policy=POLICY, now=T0)
+        create_step(store, "t", {"i": index}, operation_ref=f"r{index}", policy=POLICY, now=T0)
     assert store.claim_execution("r1", "w", LEASE, T0) is not None
     assert [step.operation_ref for step in store.list_steps()] == ["r2", "r1", "r0"]
     assert [step.operation_ref for step in store.list_steps([S.IN_FLIGHT])] == ["r1"]
     assert len(store.list_steps(limit=2)) == 2
-    counts = store.counts_by_state()
+    counts = counts_by_state(store)
     assert counts[S.PENDING] == 2 and counts[S.IN_FLIGHT] == 1
     assert set(counts) == set(StepState) and sum(counts.values()) == 3
 
@@ -164,7 +169,7 @@ def test_claim_execution_refusals_are_answers_with_a_reason(store: StepStore) ->
     assert _noop_reason(store, "busy") == "claimed"
     assert store.get("busy").version == version  # a refusal changes nothing
 
-    store.create_step("t", {}, operation_ref="later", policy=POLICY, now=T0 + LEASE)
+    create_step(store, "t", {}, operation_ref="later", policy=POLICY, now=T0 + LEASE)
     assert store.claim_execution("later", "w", LEASE, T0) is None
     assert _noop_reason(store, "later") == "not_due"
 
@@ -172,12 +177,12 @@ def test_claim_execution_refusals_are_answers_with_a_reason(store: StepStore) ->
     assert store.claim_execution("unknown", "w", LEASE, T0 + LEASE) is None
     assert _noop_reason(store, "unknown") == "unknown_outcome"
 
-    store.create_step("t", {}, operation_ref="old", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="old", policy=POLICY, now=T0)
     force(store, "old", commit_state="unknown")  # whatever the state says, unknown wins
     assert store.claim_execution("old", "w", LEASE, T0) is None
     assert _noop_reason(store, "old") == "unknown_outcome"
 
-    store.create_step("t", {}, operation_ref="spent", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="spent", policy=POLICY, now=T0)
     force(store, "spent", state="waiting_retry", attempts=3)
     assert store.claim_execution("spent", "w", LEASE, T0) is None
     assert _noop_reason(store, "spent") == "attempts_spent"
@@ -197,7 +202,7 @@ def test_claim_execution_refusals_are_answers_with_a_reason(store: StepStore) ->
     assert store.claim_execution("ghost", "w", LEASE, T0) is None
     assert _noop_reason(store, "ghost") == "missing"
 
-    counts = store.noop_counts()
+    counts = noop_counts(store)
     assert counts == {
         "not_due": 1,
         "claimed": 1,
@@ -239,7 +244,7 @@ def test_claim_verification_leases_a_due_verifying_step(store: StepStore) -> Non
 
 
 def test_claim_verification_refuses_steps_that_are_not_verifying(store: StepStore) -> None:
-    store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=T0)
     assert store.claim_verification("r1", "checker", LEASE, T0) is None
     assert store.claim_verification("ghost", "checker", LEASE, T0) is None
     assert store.events("ghost")[-1].detail["reason"] == "missing"
@@ -346,7 +351,7 @@ def test_record_lookup_results(
         assert event.detail["lookup"] == {
             "checked_at": T0.isoformat(),
             "unavailable": True,
-            "code": "LOOKUP_UNAVAILABLE",
+            "code": "LOOKUP_UNSPECIFIED",
         }
 
 

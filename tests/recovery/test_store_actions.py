@@ -17,6 +17,7 @@ from tests.recovery.store_support import (
     T0,
     WRITE,
     correct_input,
+    create_step,
     escalate,
     force,
     needs_approval,
@@ -34,7 +35,7 @@ REF = "run_81/step_4"
 
 
 def _after(store: StepStore, envelope_for: Any, ref: str = REF) -> None:
-    store.create_step("create_invoice", INPUT, operation_ref=ref, policy=POLICY, now=T0)
+    create_step(store, "create_invoice", INPUT, operation_ref=ref, policy=POLICY, now=T0)
     claim = store.claim_execution(ref, "worker-1", LEASE, T0)
     assert claim is not None
     store.record(claim, Executed(envelope_for(ref)), traits=WRITE, policy=POLICY, now=T0, rng=RNG)
@@ -97,9 +98,9 @@ def test_provide_input_refusals(store: StepStore) -> None:
         return [FieldError("recipient_email", "VALUE_ERROR")]
 
     fixed = {**INPUT, "recipient_email": "x"}
-    assert _unchanged(store, REF, send(fixed, invalid)).code == "INVALID_INPUT"
+    assert _unchanged(store, REF, send(fixed, invalid)).code == "CORRECTED_INPUT_INVALID"
 
-    store.create_step("t", {}, operation_ref="fresh", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="fresh", policy=POLICY, now=T0)
     refused = _unchanged(
         store,
         "fresh",
@@ -165,7 +166,7 @@ def test_reject_fails_the_step(store: StepStore) -> None:
 
 
 def test_cancel_a_waiting_step_but_not_a_running_one(store: StepStore) -> None:
-    store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=T0)
     recorded = store.cancel(
         "r1", by="agent-7", reason="plan changed", traits=WRITE, policy=POLICY, now=LATER
     )
@@ -176,7 +177,7 @@ def test_cancel_a_waiting_step_but_not_a_running_one(store: StepStore) -> None:
         "agent-7",
         "plan changed",
     )
-    store.create_step("t", {}, operation_ref="r2", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="r2", policy=POLICY, now=T0)
     assert store.claim_execution("r2", "worker-1", LEASE, T0) is not None
     refused = _unchanged(
         store,
@@ -233,7 +234,7 @@ def test_resolve_re_drive_of_an_unknown_outcome_verifies_first(store: StepStore)
 
 
 def test_resolve_refusals(store: StepStore) -> None:
-    store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=T0)
     refused = _unchanged(
         store,
         "r1",

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
-from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, force, retry_later
+from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, force, retry_later
 from toolsafe.recovery.db import make_engine, normalize_url, with_db_retry
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
@@ -55,7 +55,7 @@ def test_sqlite_runs_in_wal_mode_with_immediate_writes(sqlite_url: str) -> None:
 
 
 def test_database_constraints_hold_the_vocabulary(store: StepStore) -> None:
-    store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=T0)
     with pytest.raises(IntegrityError):
         force(store, "r1", state="paused")
     with pytest.raises(IntegrityError):
@@ -66,14 +66,14 @@ def test_database_constraints_hold_the_vocabulary(store: StepStore) -> None:
 
 def test_naive_datetimes_are_refused(store: StepStore) -> None:
     with pytest.raises(StatementError, match="aware"):
-        store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=datetime(2026, 1, 1))
+        create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=datetime(2026, 1, 1))
 
 
 def test_times_come_back_aware_in_utc(store: StepStore) -> None:
     from zoneinfo import ZoneInfo
 
     local = T0.astimezone(ZoneInfo("Asia/Shanghai"))
-    step, _ = store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=local)
+    step, _ = create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=local)
     stored = store.get("r1")
     assert stored.due_at == T0 and stored.created_at.utcoffset() == timedelta(0)
     assert step.created_at == stored.created_at
@@ -106,7 +106,7 @@ def _persist_and_reopen(store: StepStore, reopen: str) -> None:
 
 def test_counts_and_deadlines_survive_a_new_engine_sqlite(sqlite_url: str) -> None:
     store = StepStore(make_engine(sqlite_url))
-    store.create_step("create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
     _persist_and_reopen(store, sqlite_url)
 
 
@@ -115,7 +115,7 @@ def test_counts_and_deadlines_survive_a_new_engine_postgresql(
     pg_store: StepStore, store_pg_url: str
 ) -> None:
     store = StepStore(make_engine(store_pg_url))
-    store.create_step("create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
+    create_step(store, "create_invoice", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
     _persist_and_reopen(store, store_pg_url)
 
 

@@ -33,6 +33,7 @@ from tests.recovery.store_support import (
     T0,
     WRITE,
     correct_input,
+    create_step,
     escalate,
     needs_approval,
     retry_later,
@@ -126,8 +127,8 @@ class StoreMachine(RuleBasedStateMachine):
 
     def create(self, ref: str) -> None:
         data = self.inputs.setdefault(ref, dict(INPUT))
-        step, created = self.store.create_step(
-            "create_invoice", data, operation_ref=ref, policy=POLICY, now=self.now
+        step, created = create_step(
+            self.store, "create_invoice", data, operation_ref=ref, policy=POLICY, now=self.now
         )
         assert created == (ref not in self.model)
         if created:

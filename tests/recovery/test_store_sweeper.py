@@ -13,6 +13,7 @@ from tests.recovery.store_support import (
     READ,
     T0,
     WRITE,
+    create_step,
     force,
 )
 from toolsafe.recovery.policy import ToolTraits
@@ -24,7 +25,7 @@ MINUTE = timedelta(minutes=1)
 
 
 def _in_flight(store: StepStore, ref: str) -> None:
-    store.create_step("create_invoice", {"ref": ref}, operation_ref=ref, policy=POLICY, now=T0)
+    create_step(store, "create_invoice", {"ref": ref}, operation_ref=ref, policy=POLICY, now=T0)
     assert store.claim_execution(ref, "worker-1", LEASE, T0) is not None
 
 
@@ -85,8 +86,8 @@ def test_expire_leases_respects_its_limit(store: StepStore) -> None:
 
 def test_due_work_publishes_each_due_step_once_per_interval(store: StepStore) -> None:
     for index in range(3):
-        store.create_step("t", {"i": index}, operation_ref=f"r{index}", policy=POLICY, now=T0)
-    store.create_step("t", {}, operation_ref="future", policy=POLICY, now=T0 + MINUTE)
+        create_step(store, "t", {"i": index}, operation_ref=f"r{index}", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="future", policy=POLICY, now=T0 + MINUTE)
     due = store.due_work(T0, limit=10, republish_after=MINUTE)
     assert [step.operation_ref for step in due] == ["r0", "r1", "r2"]
     assert all(step.published_at == T0 for step in due)
@@ -102,11 +103,11 @@ def test_due_work_skips_leased_in_flight_and_waiting_steps(store: StepStore) -> 
     store.expire_leases(T0 + LEASE, lambda _: WRITE, lambda _: POLICY)
     now = T0 + MINUTE
     assert store.claim_verification("checking", "checker", LEASE, now) is not None
-    store.create_step("t", {}, operation_ref="running", policy=POLICY, now=now)
+    create_step(store, "t", {}, operation_ref="running", policy=POLICY, now=now)
     assert store.claim_execution("running", "worker-1", LEASE, now) is not None
-    store.create_step("t", {}, operation_ref="human", policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="human", policy=POLICY, now=T0)
     force(store, "human", state="needs_input")  # due_at stays in the past
-    store.create_step("t", {}, operation_ref="future", policy=POLICY, now=now + MINUTE)
+    create_step(store, "t", {}, operation_ref="future", policy=POLICY, now=now + MINUTE)
     assert store.due_work(now, limit=10, republish_after=MINUTE) == []
     # A minute later the verification lease is over and "future" is due.
     later = store.due_work(now + MINUTE, limit=10, republish_after=MINUTE)
@@ -130,7 +131,7 @@ def test_due_work_needs_a_positive_republish_interval(store: StepStore) -> None:
 
 
 def test_mark_published(store: StepStore) -> None:
-    step, _ = store.create_step("t", {}, operation_ref="r1", policy=POLICY, now=T0)
+    step, _ = create_step(store, "t", {}, operation_ref="r1", policy=POLICY, now=T0)
     store.mark_published("r1", T0 + MINUTE)
     after = store.get("r1")
     assert after.published_at == T0 + MINUTE and after.version == step.version

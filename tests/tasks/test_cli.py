@@ -10,6 +10,7 @@ import pytest
 
 import toolsafe.tasks.app
 from tests.fixtures import dependency_unavailable
+from tests.recovery.store_support import create_step
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
@@ -39,7 +40,8 @@ def _escalated_step(ref: str) -> None:
     """A step escalated by the runtime (a dependency error with no attempts left)."""
     client = Client()
     store = client.runtime.store
-    store.create_step(
+    create_step(
+        store,
         "create_invoice",
         INVOICE,
         operation_ref=ref,

@@ -14,6 +14,7 @@ import redis
 
 from tests.fixtures import invalid_recipient_address
 from tests.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
+from tests.recovery.store_support import create_step
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -50,7 +51,7 @@ def test_submit_commits_then_publishes_once(cluster: Cluster, redis_url: str) ->
     view = cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     assert view.state is StepState.PENDING and view.ui_group == "queued"
     assert view.history[0].kind == "submitted"
-    assert cluster.client.state(ref).published_at is not None
+    assert cluster.client.runtime.store.get(ref).published_at is not None
     assert _queued(redis_url, ref) == 1
     # Idempotent by operation_ref: the same call again publishes nothing new.
     again = cluster.client.submit("create_invoice", dict(INVOICE), operation_ref=ref)
@@ -65,7 +66,8 @@ def test_submit_again_republishes_only_a_step_whose_publish_is_long_past(
     store = cluster.client.runtime.store
     # Committed and stamped by a submitter that died before its publish went out.
     stale = utcnow() - timedelta(seconds=cluster.settings.republish_after + 1)
-    store.create_step(
+    create_step(
+        store,
         "create_invoice",
         INVOICE,
         operation_ref=ref,
@@ -123,7 +125,7 @@ def test_cancel_and_operator_refusals(cluster: Cluster) -> None:
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     with pytest.raises(TransitionRefused):
         cluster.client.approve(ref, approver="alice", reason="not waiting for approval")
-    with pytest.raises(TransitionRefused, match="BAD_RESOLUTION"):
+    with pytest.raises(TransitionRefused, match="INVALID_RESOLUTION"):
         cluster.client.resolve(ref, "pending", operator="bob", reason="x")
     with pytest.raises(TransitionRefused, match="REASON_REQUIRED"):
         cluster.client.redrive(ref, operator="bob", reason=" ")
@@ -136,7 +138,8 @@ def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
     ref = new_ref("client/view")
     store = cluster.client.runtime.store
     settings = cluster.settings
-    store.create_step(
+    create_step(
+        store,
         "create_invoice",
         INVOICE,
         operation_ref=ref,

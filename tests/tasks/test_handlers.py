@@ -55,7 +55,7 @@ def _events() -> list[EventRecord]:
         EventRecord(
             id=1, operation_ref="run_1/step_1", at=NOW, kind="looked_up",
             from_state=StepState.VERIFYING, to_state=StepState.ESCALATED, label="lookup down",
-            detail={"code": "LOOKUP_UNAVAILABLE", "raw_response": "<html>secret</html>"},
+            detail={"code": "LOOKUP_UNSPECIFIED", "raw_response": "<html>secret</html>"},
         )
     ]  # fmt: skip
 
@@ -65,7 +65,7 @@ def test_notice_is_redacted_and_json_ready() -> None:
     data = json.loads(json.dumps(notice.as_dict()))
     assert data["reason"] == "LOOKUP_UNAVAILABLE"
     assert data["envelope"] == {"ok": False, "code": "OUTCOME_UNKNOWN"}
-    assert data["history"][0]["detail"] == {"code": "LOOKUP_UNAVAILABLE"}
+    assert data["history"][0]["detail"] == {"code": "LOOKUP_UNSPECIFIED"}
     assert "secret" not in json.dumps(data) and "Bearer" not in json.dumps(data)
     assert "input" not in data
 

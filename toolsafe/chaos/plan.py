@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.tasks.faults import POINTS
 
 S = StepState
@@ -262,7 +262,6 @@ def _share(total: int, parts: int) -> list[int]:
 
 # ------------------------------------------------------------------ the invariant
 
-WAITING_ON_HUMAN: Final = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
 EFFECT_REPORTED: Final = frozenset({"committed", "unknown"})
 
 
@@ -313,7 +312,7 @@ def check_invariant(
             found.append(Violation(ref, "lost", "submitted but not in the store"))
             continue
         state = step.state
-        if state not in _SETTLED:
+        if state not in NEEDS_AGENT:  # neither terminal nor waiting on a human
             found.append(Violation(ref, "stuck", f"still {state}"))
         if count >= 1:
             escalated_ok = state is S.ESCALATED and step.commit_state in EFFECT_REPORTED
@@ -334,6 +333,3 @@ def check_invariant(
     for violation in found:
         by_rule[violation.rule] = by_rule.get(violation.rule, 0) + 1
     return Verdict(tuple(found), dict(sorted(by_rule.items())))
-
-
-_SETTLED: Final = frozenset({S.SUCCEEDED, S.FAILED, S.ESCALATED, S.CANCELLED}) | WAITING_ON_HUMAN

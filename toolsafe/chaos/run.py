@@ -24,7 +24,6 @@ from sqlalchemy import Engine, select
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
 from toolsafe.chaos.plan import (
-    WAITING_ON_HUMAN,
     Observed,
     Schedule,
     ScheduleSize,
@@ -52,14 +51,10 @@ from toolsafe.metrics.exporter import read_counts
 from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.schema import steps
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
-
-TERMINAL_VALUES = frozenset(
-    state.value for state in (StepState.SUCCEEDED, StepState.FAILED, StepState.ESCALATED)
-) | {StepState.CANCELLED.value}
 
 
 @dataclass(frozen=True)
@@ -311,11 +306,7 @@ class _Run:
         deadline = time.monotonic() + self.config.bound
         while time.monotonic() < deadline:
             observed = self.tend()
-            busy = sum(
-                1
-                for step in observed.values()
-                if step.state.value not in TERMINAL_VALUES and step.state not in WAITING_ON_HUMAN
-            )
+            busy = sum(1 for step in observed.values() if step.state not in NEEDS_AGENT)
             if busy + incoming <= max(limit, incoming):
                 return
             time.sleep(0.2)
@@ -388,7 +379,7 @@ class _Run:
         if len(observed) < len(self.report.submitted):
             return False
         return all(
-            step.state.value in TERMINAL_VALUES
+            step.state in TERMINAL
             or (step.state in WAITING_ON_HUMAN and (ref, step.state.value) in self.answered)
             for ref, step in observed.items()
         )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.cli import ops as cli_ops
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import RESOLUTION_TARGETS, StepState
 from toolsafe.settings import SettingsError
 
 EXIT_REFUSED = 1
@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     esc_list.set_defaults(handler=cli_ops.escalations_list)
     resolve = escalations.add_parser("resolve", help="close an escalated step")
     resolve.add_argument("ref", metavar="REF")
-    resolve.add_argument("--to", required=True, choices=["succeeded", "failed"])
+    resolve.add_argument(
+        "--to",
+        required=True,
+        choices=[state.value for state in StepState if state in RESOLUTION_TARGETS],
+    )
     resolve.add_argument("--reason", required=True)
     resolve.add_argument("--operator", default=None)
     resolve.add_argument("--json", action="store_true")

@@ -14,10 +14,10 @@ from typing import Any, Final
 
 from toolsafe.demo.env import DemoEnv
 from toolsafe.recovery.outcomes import TransitionRefused
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.tasks.client import Client
-from toolsafe.tasks.views import NEEDS_AGENT, StepView
+from toolsafe.tasks.views import StepView
 
 INVOICE: Final = {"customer_id": "cus_42", "amount_cents": 12_000, "currency": "EUR"}
 EMAIL: Final = {"subject": "Your invoice", "body": "Thank you for your order."}
@@ -86,7 +86,8 @@ class Play:
         return self.client.view(self.ref)
 
     def step(self) -> StepRecord:
-        return self.client.state(self.ref)
+        """The stored step, as an operator's tool reads it (the demo shows the counts)."""
+        return self.client.runtime.store.get(self.ref)
 
     def events(self) -> list[EventRecord]:
         return self.client.runtime.store.events(self.ref)
