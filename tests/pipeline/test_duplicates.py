@@ -11,7 +11,7 @@ import pytest
 
 from tests.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import EXECUTE_TASK
-from toolsafe.recovery.rows import NOOP_REASONS
+from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.states import TERMINAL, StepState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
