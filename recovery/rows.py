@@ -46,7 +46,7 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def execution_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+def execution_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str | None:
     """Why this row may not be claimed for execution now; ``None`` when it may."""
     if row is None:
         return NOOP_MISSING
@@ -67,7 +67,7 @@ def execution_refusal(row: Row[Any] | None, now: datetime) -> str | None:
     return None
 
 
-def verification_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+def verification_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str | None:
     """Why this row may not be claimed for verification now; ``None`` when it may."""
     if row is None:
         return NOOP_MISSING

@@ -140,7 +140,7 @@ def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str
     )
     # Committed but never published (the submitter died between the two, R2/R7).
     for ref in unpublished:
-        store.create_step(
+        store.submit(
             "create_invoice",
             INVOICE,
             operation_ref=ref,

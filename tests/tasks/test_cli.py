@@ -39,7 +39,7 @@ def _escalated_step(ref: str) -> None:
     """A step escalated by the runtime (a dependency error with no attempts left)."""
     client = Client()
     store = client.runtime.store
-    store.create_step(
+    store.submit(
         "create_invoice",
         INVOICE,
         operation_ref=ref,

@@ -65,7 +65,7 @@ def test_submit_again_republishes_only_a_step_whose_publish_is_long_past(
     store = cluster.client.runtime.store
     # Committed and stamped by a submitter that died before its publish went out.
     stale = utcnow() - timedelta(seconds=cluster.settings.republish_after + 1)
-    store.create_step(
+    store.submit(
         "create_invoice",
         INVOICE,
         operation_ref=ref,
@@ -130,7 +130,7 @@ def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
     ref = new_ref("client/view")
     store = cluster.client.runtime.store
     settings = cluster.settings
-    store.create_step(
+    store.submit(
         "create_invoice",
         INVOICE,
         operation_ref=ref,
