@@ -8,7 +8,7 @@ import contextlib
 import random
 import shutil
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,14 @@ from tests.recovery.store_support import (
     success,
     unknown,
 )
-from toolsafe.adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.protocol import (
+    FieldError,
+    LookupFound,
+    LookupNotFound,
+    LookupResult,
+    LookupUnavailable,
+)
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -45,7 +52,7 @@ from toolsafe.recovery.store import Claim, MemoryStore, StepNotFound, StepStore,
 S = StepState
 REFS = ("s0", "s1", "s2")
 REF = st.sampled_from(REFS)
-ENVELOPES = {
+ENVELOPES: dict[str, Callable[[str, datetime], AnySuccess | ToolError]] = {
     "success": lambda ref, now: success(ref),
     "unknown": lambda ref, now: unknown(ref),
     "retry_later": lambda ref, now: retry_later(ref, now + timedelta(seconds=5)),
@@ -53,7 +60,7 @@ ENVELOPES = {
     "needs_approval": lambda ref, now: needs_approval(ref),
     "escalate": lambda ref, now: escalate(ref),
 }
-LOOKUPS = {
+LOOKUPS: dict[str, Callable[[datetime], LookupResult]] = {
     "found": lambda now: LookupFound(checked_at=now, result={"id": 1}, evidence_ref="ev"),
     "not_found": lambda now: LookupNotFound(checked_at=now),
     "unavailable": lambda now: LookupUnavailable(checked_at=now),
