@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import random
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -838,3 +839,30 @@ def test_due_work_hands_out_the_longest_due_first(store: StorePort) -> None:
     [due] = store.due_work(now, limit=1, republish_after=MINUTE)
     assert due.operation_ref == "second"
     assert store.due_work(now, limit=1, republish_after=MINUTE) == []
+
+
+def test_of_many_threads_claiming_at_once_exactly_one_wins(store: StorePort) -> None:
+    submit(store)
+    for index in range(6):
+        submit(store, f"due{index}")
+    start = threading.Barrier(6)
+    claims: list[Claim | None] = []
+    handed_out: list[str] = []
+
+    def race(name: str) -> None:
+        start.wait()
+        claims.append(store.claim_execution(REF, name, LEASE, T0))
+        start.wait()
+        while batch := store.due_work(T0, limit=2, republish_after=MINUTE):
+            handed_out.extend(step.operation_ref for step in batch)
+
+    threads = [threading.Thread(target=race, args=(f"w{index}",)) for index in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = [claim for claim in claims if claim is not None]
+    assert len(won) == 1 and store.get(REF) == won[0].step
+    reasons = [e.detail["reason"] for e in store.events(REF) if e.kind == "noop"]
+    assert reasons == ["claimed"] * 5
+    assert sorted(handed_out) == [f"due{index}" for index in range(6)]  # each once
