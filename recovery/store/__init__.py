@@ -3,7 +3,8 @@ in-memory one.
 
 ``port`` holds the :class:`StorePort` Protocol every caller is typed against; ``steps``
 holds :class:`StepStore` (``ops`` the guarded statements, ``sql`` their dialect-specific
-forms, ``sweep`` the sweeper's queries); ``memory`` holds :class:`MemoryStore`.
+forms, ``sweep`` the sweeper's queries); ``memory`` holds :class:`MemoryStore` (``tables``
+its dicts, lists and compare-and-set).
 """
 
 from __future__ import annotations

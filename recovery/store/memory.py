@@ -9,13 +9,10 @@ SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-import json
 import random
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
@@ -51,7 +48,6 @@ from toolsafe.recovery.rows import (
     decision_values,
     execution_refusal,
     iso,
-    json_ready,
     outcome_detail,
     snapshot,
     verification_refusal,
@@ -69,42 +65,12 @@ from toolsafe.recovery.store.steps import (
     Validator,
     new_operation_ref,
 )
+from toolsafe.recovery.store.tables import Tables, counted_detail, document, utc
 
 __all__ = ["MemoryStore"]
 
 S = StepState
 LEASED: Final = frozenset({S.IN_FLIGHT, S.VERIFYING})
-_TIMES: Final = frozenset(
-    {"due_at", "lease_expires_at", "last_sent_at", "published_at", "created_at", "updated_at"}
-)
-_DOCUMENTS: Final = frozenset({"input", "last_envelope"})
-
-
-def _utc(value: datetime) -> datetime:
-    """As the SQL store keeps times: aware, in UTC; a naive time is refused."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value!r}: the step store needs aware datetimes")
-    return value.astimezone(UTC)
-
-
-def _document(value: Any) -> Any:
-    """What a JSON column gives back: a copy, with tuples as lists and keys as text."""
-    return json.loads(json.dumps(value))
-
-
-def _column(name: str, value: Any) -> Any:
-    """A column value as the record holds it."""
-    if value is None:
-        return None
-    if name == "state":
-        return StepState(value)
-    if name == "flagged_fields":
-        return tuple(_document(list(value)))
-    if name in _DOCUMENTS:
-        return _document(dict(value))
-    if name in _TIMES:
-        return _utc(value)
-    return value
 
 
 class MemoryStore:
@@ -116,125 +82,9 @@ class MemoryStore:
 
     def __init__(self, *, rng: Jitter | None = None) -> None:
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
-        self._steps: dict[str, StepRecord] = {}
-        self._events: list[EventRecord] = []
-        self._events_by_ref: dict[str, list[EventRecord]] = {}
-        self._step_ids = 0
-        self._event_ids = 0
-        self._undo: list[tuple[str, StepRecord | None]] = []
+        self._tables = Tables()
 
     # -------------------------------------------------------------- transactions
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        with self._lock:
-            self._undo = []
-            events_before = len(self._events)
-            try:
-                yield
-            except BaseException:
-                for ref, previous in reversed(self._undo):
-                    if previous is None:
-                        del self._steps[ref]
-                    else:
-                        self._steps[ref] = previous
-                for event in self._events[events_before:]:
-                    self._events_by_ref[event.operation_ref].remove(event)
-                del self._events[events_before:]
-                raise
-            finally:
-                self._undo = []
-
-    def _put(self, step: StepRecord) -> None:
-        if not 0 <= step.attempts <= step.max_attempts:
-            # The SQL store's CHECK constraint.
-            raise ValueError(
-                f"step {step.operation_ref}: attempts must be within 0..max_attempts, "
-                f"got {step.attempts}/{step.max_attempts}"
-            )
-        self._undo.append((step.operation_ref, self._steps.get(step.operation_ref)))
-        self._steps[step.operation_ref] = step
-
-    def _append(
-        self,
-        *,
-        operation_ref: str,
-        at: datetime,
-        kind: str,
-        from_state: StepState | None,
-        to_state: StepState | None,
-        label: str,
-        detail: Mapping[str, Any],
-    ) -> EventRecord:
-        self._event_ids += 1
-        event = EventRecord(
-            id=self._event_ids,
-            operation_ref=operation_ref,
-            at=_utc(at),
-            kind=kind,
-            from_state=from_state,
-            to_state=to_state,
-            label=label,
-            detail=_document(json_ready(detail)),
-        )
-        self._events.append(event)
-        self._events_by_ref.setdefault(operation_ref, []).append(event)
-        return event
-
-    def _cas(
-        self,
-        current: StepRecord,
-        values: Mapping[str, Any],
-        now: datetime,
-        *,
-        lease_owner: str | None = None,
-        change: Change | None = None,
-    ) -> StepRecord | None:
-        """The compare-and-set on (id, state, version [, lease owner]); None when it lost.
-        With ``change``, the event is appended when it matched (R10)."""
-        stored = self._steps.get(current.operation_ref)
-        if (
-            stored is None
-            or stored.id != current.id
-            or stored.state is not current.state
-            or stored.version != current.version
-            or (lease_owner is not None and stored.lease_owner != lease_owner)
-        ):
-            return None
-        columns = {name: _column(name, value) for name, value in values.items()}
-        moved = replace(stored, **columns, version=stored.version + 1, updated_at=_utc(now))
-        self._put(moved)
-        if change is not None:
-            self._append(
-                operation_ref=moved.operation_ref,
-                at=now,
-                kind=change.kind,
-                from_state=current.state,
-                to_state=moved.state,
-                label=change.label,
-                detail=change.detail,
-            )
-        return moved
-
-    def _noop(
-        self,
-        operation_ref: str,
-        current: StepRecord | None,
-        now: datetime,
-        claim: str,
-        reason: str | None,
-    ) -> None:
-        state = None if current is None else current.state
-        self._append(
-            operation_ref=operation_ref,
-            at=now,
-            kind="noop",
-            from_state=state,
-            to_state=state,
-            label=f"{claim} claim refused",
-            detail={"claim": claim, "reason": reason or "claimed"},
-        )
 
     # -------------------------------------------------------------- submit and read
 
@@ -255,8 +105,8 @@ class MemoryStore:
             raise InvalidOperationRef(ref)
         digest = input_hash(input)
         max_attempts = policy.retry.max_attempts
-        with self._transaction():
-            existing = self._steps.get(ref)
+        with self._tables.transaction():
+            existing = self._tables.steps.get(ref)
             if existing is None:
                 created = self._insert(tool, input, ref, digest, max_attempts, now, published_at)
         if existing is None:
@@ -277,13 +127,12 @@ class MemoryStore:
         now: datetime,
         published_at: datetime | None,
     ) -> Submitted:
-        at = _utc(now)
-        self._step_ids += 1
+        at = utc(now)
         step = StepRecord(
-            id=self._step_ids,
+            id=self._tables.next_step_id(),
             operation_ref=ref,
             tool=tool,
-            input=_document(dict(input)),
+            input=document(dict(input)),
             input_hash=digest,
             state=S.PENDING,
             commit_state=None,
@@ -301,14 +150,14 @@ class MemoryStore:
             flagged_fields=(),
             approval_input_hash=None,
             reason=None,
-            published_at=None if published_at is None else _utc(published_at),
+            published_at=None if published_at is None else utc(published_at),
             version=1,
             created_at=at,
             updated_at=at,
         )
-        self._put(step)
+        self._tables.put(step)
         change = submitted_change(tool, digest, max_attempts)
-        event = self._append(
+        event = self._tables.append(
             operation_ref=ref,
             at=now,
             kind=change.kind,
@@ -320,33 +169,35 @@ class MemoryStore:
         return Submitted(step, event)
 
     def get(self, operation_ref: str) -> StepRecord:
-        with self._lock:
-            step = self._steps.get(operation_ref)
+        with self._tables.lock:
+            step = self._tables.steps.get(operation_ref)
         if step is None:
             raise StepNotFound(operation_ref)
         return step
 
     def events(self, operation_ref: str) -> list[EventRecord]:
-        with self._lock:
-            return list(self._events_by_ref.get(operation_ref, ()))
+        with self._tables.lock:
+            return list(self._tables.events_by_ref.get(operation_ref, ()))
 
     def list_steps(
         self, states: Sequence[StepState] | None = None, limit: int = 100
     ) -> list[StepRecord]:
         wanted = None if states is None else {StepState(state) for state in states}
-        with self._lock:
+        with self._tables.lock:
             found = [
-                step for step in self._steps.values() if wanted is None or step.state in wanted
+                step
+                for step in self._tables.steps.values()
+                if wanted is None or step.state in wanted
             ]
         found.sort(key=lambda step: step.id, reverse=True)
         return found[:limit]
 
     def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:
-        with self._lock:
+        with self._tables.lock:
             return self._summaries(prefix)
 
     def count_sources(self, prefix: str | None = None) -> CountSources:
-        with self._lock:
+        with self._tables.lock:
             steps = self._summaries(prefix)
             events = [
                 EventSummary(
@@ -356,9 +207,9 @@ class MemoryStore:
                     kind=event.kind,
                     from_state=event.from_state,
                     to_state=event.to_state,
-                    detail=_counted_detail(event.detail),
+                    detail=counted_detail(event.detail),
                 )
-                for event in self._events
+                for event in self._tables.events
                 if not prefix or event.operation_ref.startswith(prefix)
             ]
         return CountSources(steps, events)
@@ -366,7 +217,7 @@ class MemoryStore:
     def _summaries(self, prefix: str | None) -> list[StepSummary]:
         return [
             StepSummary(step.operation_ref, step.state, step.commit_state, step.reason)
-            for ref, step in self._steps.items()
+            for ref, step in self._tables.steps.items()
             if not prefix or ref.startswith(prefix)
         ]
 
@@ -375,10 +226,10 @@ class MemoryStore:
     def claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
-        with self._transaction():
-            current = self._steps.get(operation_ref)
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
             if current is not None and execution_refusal(current, now) is None:
-                lease_expires_at = _utc(now + lease)
+                lease_expires_at = utc(now + lease)
                 attempt = current.attempts + 1
                 change = Change(
                     "claimed",
@@ -397,10 +248,10 @@ class MemoryStore:
                     "attempts": attempt,
                     "last_sent_at": now,
                 }
-                moved = self._cas(current, values, now, change=change)
+                moved = self._tables.cas(current, values, now, change=change)
                 if moved is not None:
                     return Claim("execute", owner, moved)
-            current = self._steps.get(operation_ref)
+            current = self._tables.steps.get(operation_ref)
             if (
                 current is not None
                 and current.state is S.IN_FLIGHT
@@ -408,24 +259,26 @@ class MemoryStore:
                 and current.last_sent_at == now
             ):
                 return Claim("execute", owner, current)  # this very claim, asked again
-            self._noop(operation_ref, current, now, "execute", execution_refusal(current, now))
+            self._tables.noop(
+                operation_ref, current, now, "execute", execution_refusal(current, now)
+            )
             return None
 
     def claim_verification(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
-        with self._transaction():
-            current = self._steps.get(operation_ref)
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
             refusal = verification_refusal(current, now)
             if refusal is None and current is not None:
-                lease_expires_at = _utc(now + lease)
+                lease_expires_at = utc(now + lease)
                 change = Change(
                     "claimed",
                     CLAIM_LABEL_VERIFY,
                     {"claim": "verify", "owner": owner, "lease_expires_at": lease_expires_at},
                 )
                 values = {"lease_owner": owner, "lease_expires_at": lease_expires_at}
-                moved = self._cas(current, values, now, change=change)
+                moved = self._tables.cas(current, values, now, change=change)
                 if moved is not None:
                     return Claim("verify", owner, moved)
             if (
@@ -435,7 +288,7 @@ class MemoryStore:
                 and current.lease_expires_at == now + lease
             ):
                 return Claim("verify", owner, current)  # this very claim, asked again
-            self._noop(operation_ref, current, now, "verify", refusal)
+            self._tables.noop(operation_ref, current, now, "verify", refusal)
             return None
 
     def record(
@@ -461,8 +314,8 @@ class MemoryStore:
             decision.label,
             {**observed, **decision_detail(decision)},
         )
-        with self._transaction():
-            moved = self._cas(current, values, now, lease_owner=claim.owner, change=change)
+        with self._tables.transaction():
+            moved = self._tables.cas(current, values, now, lease_owner=claim.owner, change=change)
         return None if moved is None else Recorded(moved, decision)
 
     # -------------------------------------------------------------- the sweeper
@@ -477,11 +330,11 @@ class MemoryStore:
     ) -> list[Recorded]:
         jitter = rng or self._rng
         decided: list[Recorded] = []
-        with self._transaction():
+        with self._tables.transaction():
             expired = sorted(
                 (
                     step
-                    for step in self._steps.values()
+                    for step in self._tables.steps.values()
                     if step.state in LEASED
                     and step.lease_expires_at is not None
                     and step.lease_expires_at <= now
@@ -505,7 +358,7 @@ class MemoryStore:
                         **decision_detail(decision),
                     },
                 )
-                moved = self._cas(current, decision_values(decision), now, change=change)
+                moved = self._tables.cas(current, decision_values(decision), now, change=change)
                 if moved is not None:
                     decided.append(Recorded(moved, decision))
         return decided
@@ -514,12 +367,12 @@ class MemoryStore:
         if republish_after <= timedelta(0):
             raise ValueError("republish_after must be positive, or every sweep republishes")
         cutoff = now - republish_after
-        stamp = _utc(now)
-        with self._transaction():
+        stamp = utc(now)
+        with self._tables.transaction():
             due = sorted(
                 (
                     step
-                    for step in self._steps.values()
+                    for step in self._tables.steps.values()
                     if step.state in WORK_STATES
                     and step.due_at is not None
                     and step.due_at <= now
@@ -530,15 +383,15 @@ class MemoryStore:
             )
             marked = [replace(step, published_at=stamp) for step in due[: max(limit, 0)]]
             for step in marked:
-                self._put(step)  # bookkeeping: no version, no event
+                self._tables.put(step)  # bookkeeping: no version, no event
         return marked
 
     def mark_published(self, operation_ref: str, now: datetime) -> None:
-        with self._transaction():
-            step = self._steps.get(operation_ref)
+        with self._tables.transaction():
+            step = self._tables.steps.get(operation_ref)
             if step is None:
                 raise StepNotFound(operation_ref)
-            self._put(replace(step, published_at=_utc(now)))
+            self._tables.put(replace(step, published_at=utc(now)))
 
     # -------------------------------------------------------------- agents and operators
 
@@ -554,8 +407,8 @@ class MemoryStore:
         now: datetime,
         values_for: Callable[[StepRecord, Decision], Mapping[str, Any]] | None = None,
     ) -> Recorded:
-        with self._transaction():
-            current = self._steps.get(operation_ref)
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
             if current is None:
                 raise StepNotFound(operation_ref)
             decision = decide(
@@ -565,7 +418,7 @@ class MemoryStore:
             if values_for is not None:
                 values.update(values_for(current, decision))
             change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
-            moved = self._cas(current, values, now, change=change)
+            moved = self._tables.cas(current, values, now, change=change)
         if moved is None:  # pragma: no cover - the lock admits no change in between
             raise TransitionRefused(
                 CONCURRENT_CHANGE,
@@ -685,16 +538,3 @@ class MemoryStore:
             policy=policy,
             now=now,
         )
-
-
-def _counted_detail(detail: Mapping[str, Any]) -> dict[str, str]:
-    """The event detail fields the counts read, as the SQL store selects them."""
-    found: dict[str, str] = {}
-    for key in ("reason", "claim"):
-        value = detail.get(key)
-        if isinstance(value, str):
-            found[key] = value
-    envelope = detail.get("envelope")
-    if isinstance(envelope, Mapping) and isinstance(envelope.get("commit_state"), str):
-        found["commit_state"] = str(envelope["commit_state"])
-    return found

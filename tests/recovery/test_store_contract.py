@@ -69,7 +69,7 @@ def set_columns(store: StorePort, ref: str, **values: Any) -> None:
         force(store, ref, **{k: v.value if isinstance(v, S) else v for k, v in values.items()})
     else:
         assert isinstance(store, MemoryStore)
-        store._steps[ref] = dataclasses.replace(store._steps[ref], **values)
+        store._tables.steps[ref] = dataclasses.replace(store._tables.steps[ref], **values)
 
 
 def rng() -> random.Random:
@@ -866,3 +866,22 @@ def test_of_many_threads_claiming_at_once_exactly_one_wins(store: StorePort) -> 
     reasons = [e.detail["reason"] for e in store.events(REF) if e.kind == "noop"]
     assert reasons == ["claimed"] * 5
     assert sorted(handed_out) == [f"due{index}" for index in range(6)]  # each once
+
+
+def test_an_operation_that_fails_halfway_writes_nothing(store: StorePort) -> None:
+    claimed(store, "r0")
+    claimed(store, "r1", T0 + timedelta(seconds=1))
+    asked: list[str] = []
+
+    def policy_for(tool: str) -> Any:
+        asked.append(tool)
+        if len(asked) == 2:
+            raise RuntimeError("policy store down")
+        return POLICY
+
+    before = [(store.get(ref), store.events(ref)) for ref in ("r0", "r1")]
+    with pytest.raises(RuntimeError, match="policy store down"):
+        store.expire_leases(T0 + MINUTE, lambda _: WRITE, policy_for)
+    assert len(asked) == 2  # the first step was decided, and then rolled back
+    assert [(store.get(ref), store.events(ref)) for ref in ("r0", "r1")] == before
+    assert len(store.expire_leases(T0 + MINUTE, lambda _: WRITE, lambda _: POLICY)) == 2
