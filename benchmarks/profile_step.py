@@ -170,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = not args.no_profile
     header(f"profile of one step, in process, {args.steps} steps, call 0 ms")
     from toolsafe.recovery.db import make_engine
+    from toolsafe.recovery.store import StepStore
     from toolsafe.settings import Settings
     from toolsafe.tasks import pipeline
     from toolsafe.tasks.app import create_app
@@ -210,7 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Warm every path once (imports, connections, statement caches).
             for body in (hand_rolled, submit, execute):
                 body(0)
-            trips = RoundTrips([engine, runtime.store.engine])
+            store = runtime.store
+            if not isinstance(store, StepStore):
+                raise BenchError("the benchmark counts round trips of the SQL store")
+            trips = RoundTrips([engine, store.engine])
             prefix = f"p{uuid.uuid4().hex[:6]}/"
             phases = [
                 Phase("hand-rolled INSERT+commit, UPDATE+commit", hand_rolled, profile),

@@ -82,6 +82,38 @@ class Submitted:
         return self.event is not None
 
 
+@dataclass(frozen=True)
+class StepSummary:
+    """What the counts and the chaos run read of a step: no input, no envelope."""
+
+    operation_ref: str
+    state: StepState
+    commit_state: CommitState | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class EventSummary:
+    """What the counts read of an event; ``detail`` holds only ``reason``, ``claim`` and
+    the ``commit_state`` an executed envelope recorded (each only when present)."""
+
+    id: int
+    operation_ref: str
+    at: datetime
+    kind: str
+    from_state: StepState | None
+    to_state: StepState | None
+    detail: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CountSources:
+    """The steps and events the article's counts are computed from, read together."""
+
+    steps: list[StepSummary]
+    events: list[EventSummary]
+
+
 def step_record(row: Row[Any]) -> StepRecord:
     return StepRecord(
         id=row.id,

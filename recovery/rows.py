@@ -23,12 +23,12 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def execution_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+def execution_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str | None:
     """Why this row may not be claimed for execution now; ``None`` when it may."""
     return guards.EXECUTION.refusal(row, now)
 
 
-def verification_refusal(row: Row[Any] | None, now: datetime) -> str | None:
+def verification_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str | None:
     """Why this row may not be claimed for verification now; ``None`` when it may."""
     return guards.VERIFICATION.refusal(row, now)
 

@@ -21,7 +21,8 @@ from toolsafe.recovery.store import Recorded, StepRecord
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
-from toolsafe.tasks.runtime import utcnow
+from toolsafe.tasks.pipeline import Hints
+from toolsafe.tasks.runtime import Runtime, utcnow
 from toolsafe.tasks.views import StepView, build_view
 
 
@@ -59,16 +60,42 @@ def _errors(found: list[FieldError]) -> tuple[tuple[str, str], ...]:
 
 
 class Client:
-    """Submit tool calls and follow them; operators approve, reject, resolve, re-drive."""
+    """Submit tool calls and follow them; operators approve, reject, resolve, re-drive.
 
-    def __init__(self, app: ToolsafeApp | None = None) -> None:
-        self.app = app if app is not None else default_app()
-        self.runtime = self.app.runtime
+    ``Client(app)`` publishes through the app's Celery publisher; ``Client(runtime=...,
+    hints=...)`` runs the same logic over any store and any publisher, without an app
+    (the unit tests give it the in-memory store and a publisher that records).
+    """
+
+    def __init__(
+        self,
+        app: ToolsafeApp | None = None,
+        *,
+        runtime: Runtime | None = None,
+        hints: Hints | None = None,
+    ) -> None:
+        if runtime is not None or hints is not None:
+            if app is not None or runtime is None or hints is None:
+                raise TypeError("give either an app, or both a runtime and hints")
+            self._app: ToolsafeApp | None = None
+        else:
+            self._app = app if app is not None else default_app()
+            runtime, hints = self._app.runtime, self._app.publisher
+        self.runtime: Runtime = runtime
+        self.hints: Hints = hints
+
+    @property
+    def app(self) -> ToolsafeApp:
+        """The Celery app this client publishes through."""
+        if self._app is None:
+            raise TypeError("this client was built from a runtime and hints, without an app")
+        return self._app
 
     def close(self) -> None:
         """Release the database and broker connections this client opened."""
         self.runtime.close()
-        self.app.close()
+        if self._app is not None:
+            self._app.close()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
@@ -102,12 +129,12 @@ class Client:
         )
         step = submitted.step
         if submitted.event is not None:
-            self.app.publisher.execute(step.operation_ref, None, now)
+            self.hints.execute(step.operation_ref, None, now)
             # Nothing happened to a new step yet: its only event is the one just written.
             return build_view(step, (submitted.event,))
         if step.state is StepState.PENDING and self._unpublished(step, now):
             # An earlier submitter committed but may have died before publishing.
-            self.app.publisher.execute(step.operation_ref, None, now)
+            self.hints.execute(step.operation_ref, None, now)
             runtime.store.mark_published(step.operation_ref, utcnow())
         return self.view(step.operation_ref)
 
@@ -224,5 +251,5 @@ class Client:
         }
 
     def _after(self, recorded: Recorded) -> StepView:
-        pipeline.carry_out(self.runtime, self.app.publisher, recorded, utcnow(), inject=False)
+        pipeline.carry_out(self.runtime, self.hints, recorded, utcnow(), inject=False)
         return self.view(recorded.step.operation_ref)

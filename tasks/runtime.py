@@ -1,7 +1,8 @@
 """What a process needs to run steps: settings, adapters, the store and its policies.
 
 The store (and its database engine) is built lazily and again after a fork, so a
-prefork worker child never shares its parent's connections.
+prefork worker child never shares its parent's connections. A store handed in (the
+in-memory one of the unit tests) is used as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from toolsafe.adapters.protocol import Adapter
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store import StepStore, StorePort
 from toolsafe.settings import Settings
 from toolsafe.tasks.faults import Faults
 
@@ -38,11 +39,18 @@ def open_store(database_url: str) -> StepStore:
 class Runtime:
     """Per-process state behind one app: adapters, store, policies, faults."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: StorePort | None = None,
+        registry: Registry | None = None,
+    ) -> None:
         self.settings = settings
         self.faults = Faults(settings.faults_enabled, settings.fault_plan, settings.fault_state_dir)
         self._lock = threading.Lock()
-        self._registry: Registry | None = None
+        self._registry: Registry | None = registry
+        self._given = store
         self._store: StepStore | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
@@ -60,7 +68,9 @@ class Runtime:
             return self._registry
 
     @property
-    def store(self) -> StepStore:
+    def store(self) -> StorePort:
+        if self._given is not None:
+            return self._given
         with self._lock:
             if self._pid != os.getpid():
                 self._forget_store()

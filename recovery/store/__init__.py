@@ -1,11 +1,16 @@
-"""The durable step store: one class over SQLAlchemy Core, its statements and sweeps.
+"""The durable step store: its port, the SQLAlchemy Core implementation and an
+in-memory one.
 
-``steps`` holds :class:`StepStore`; ``ops`` the guarded statements, ``sql`` their
-dialect-specific forms, ``sweep`` the sweeper's queries.
+``port`` holds the :class:`StorePort` Protocol every caller is typed against; ``steps``
+holds :class:`StepStore` (``ops`` the guarded statements, ``sql`` their dialect-specific
+forms, ``sweep`` the sweeper's queries); ``memory`` holds :class:`MemoryStore` (``tables``
+its dicts, lists and compare-and-set).
 """
 
 from __future__ import annotations
 
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.port import CountSources, EventSummary, StepSummary, StorePort
 from toolsafe.recovery.store.steps import (
     CONCURRENT_CHANGE,
     Claim,
@@ -25,14 +30,19 @@ from toolsafe.recovery.store.steps import (
 __all__ = [
     "CONCURRENT_CHANGE",
     "Claim",
+    "CountSources",
     "EventRecord",
+    "EventSummary",
     "InvalidOperationRef",
     "Jitter",
+    "MemoryStore",
     "OperationRefConflict",
     "Recorded",
     "StepNotFound",
     "StepRecord",
     "StepStore",
+    "StepSummary",
+    "StorePort",
     "Submitted",
     "Validator",
     "new_operation_ref",

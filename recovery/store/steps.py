@@ -10,11 +10,11 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, Row, select
 
-from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
+from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN, CommitState
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
@@ -35,14 +35,17 @@ from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import (
     Claim,
+    CountSources,
     EventRecord,
+    EventSummary,
     Recorded,
     StepRecord,
+    StepSummary,
     Submitted,
     event_record,
     step_record,
 )
-from toolsafe.recovery.schema import steps
+from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import ops as ops
 from toolsafe.recovery.store import sql as sql
@@ -112,6 +115,29 @@ def new_operation_ref() -> str:
 
 
 T = TypeVar("T")
+
+_BATCH: Final = 5_000
+_EVENT_SUMMARY: Final = select(
+    step_events.c.id,
+    step_events.c.operation_ref,
+    step_events.c.at,
+    step_events.c.kind,
+    step_events.c.from_state,
+    step_events.c.to_state,
+    step_events.c.detail["reason"].as_string(),
+    step_events.c.detail["claim"].as_string(),
+    step_events.c.detail[("envelope", "commit_state")].as_string(),
+)
+
+
+def _summaries(conn: Connection, prefix: str | None) -> list[StepSummary]:
+    query = select(steps.c.operation_ref, steps.c.state, steps.c.commit_state, steps.c.reason)
+    if prefix:
+        query = query.where(steps.c.operation_ref.startswith(prefix, autoescape=True))
+    return [
+        StepSummary(ref, StepState(state), cast(CommitState | None, commit_state), reason)
+        for ref, state, commit_state, reason in conn.execute(query)
+    ]
 
 
 class StepStore:
@@ -203,6 +229,42 @@ class StepStore:
         if states is not None:
             query = query.where(steps.c.state.in_([StepState(state).value for state in states]))
         return [step_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
+
+    def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:
+        """Every step (or those whose operation_ref starts with ``prefix``), in no order."""
+        return self._read(lambda conn: _summaries(conn, prefix))
+
+    def count_sources(self, prefix: str | None = None) -> CountSources:
+        """Steps and events (optionally by operation_ref prefix) in one read transaction.
+
+        Only the event fields the counts read leave the database (the noop reason, the
+        escalation reason, the kind of claim and the recorded commit_state), not the
+        envelopes.
+        """
+
+        def work(conn: Connection) -> CountSources:
+            found = _summaries(conn, prefix)
+            query = _EVENT_SUMMARY
+            if prefix:
+                query = query.where(step_events.c.operation_ref.startswith(prefix, autoescape=True))
+            events: list[EventSummary] = []
+            result = conn.execute(query, execution_options={"yield_per": _BATCH})
+            for id_, ref, at, kind, src, dst, reason, claim, commit_state in result:
+                detail = {"reason": reason, "claim": claim, "commit_state": commit_state}
+                events.append(
+                    EventSummary(
+                        id=id_,
+                        operation_ref=ref,
+                        at=at,
+                        kind=kind,
+                        from_state=None if src is None else StepState(src),
+                        to_state=None if dst is None else StepState(dst),
+                        detail={key: value for key, value in detail.items() if value is not None},
+                    )
+                )
+            return CountSources(found, events)
+
+        return self._read(work)
 
     # -------------------------------------------------------------- the worker's path
 

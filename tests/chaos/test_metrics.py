@@ -77,11 +77,11 @@ def store(tmp_path: Path) -> StepStore:
 def test_read_counts_agrees_with_the_store_api(store: StepStore) -> None:
     steps = store.list_steps(limit=100)
     events = [event for step in steps for event in store.events(step.operation_ref)]
-    assert read_counts(store.engine) == compute_counts(steps, events)
+    assert read_counts(store) == compute_counts(steps, events)
 
 
 def test_exposition_carries_every_count(store: StepStore) -> None:
-    text = exposition(store.engine)
+    text = exposition(store)
     expected = [
         'toolsafe_steps{state="succeeded"} 2.0',
         'toolsafe_steps{state="verifying"} 0.0',
@@ -107,7 +107,7 @@ def test_exposition_carries_every_count(store: StepStore) -> None:
 
 
 def test_the_exporter_answers_over_http(store: StepStore) -> None:
-    server, thread = serve(store.engine, "127.0.0.1", 0)
+    server, thread = serve(store, "127.0.0.1", 0)
     try:
         reply = httpx.get(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5)
     finally:
@@ -120,7 +120,7 @@ def test_the_exporter_answers_over_http(store: StepStore) -> None:
 
 def test_a_database_that_cannot_be_read_reports_down(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")  # no tables
-    text = exposition(engine)
+    text = exposition(StepStore(engine))
     assert "toolsafe_counts_up 0.0" in text
     assert "toolsafe_steps" not in text
     engine.dispose()

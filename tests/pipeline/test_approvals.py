@@ -15,6 +15,7 @@ from toolsafe.adapters.examples.downstream_state import Record
 from toolsafe.recovery.canonical import input_hash
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 from toolsafe.tasks.pipeline import approval_ref
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
@@ -70,6 +71,7 @@ def test_an_approval_does_not_carry_over_to_changed_input(cluster: Cluster) -> N
         worker.stop()
     cluster.workers.clear()
     store = cluster.client.runtime.store
+    assert isinstance(store, StepStore)
     approved_for = store.get(ref).input_hash
     cluster.client.approve(ref, approver="alice", reason="approved for 9.90 EUR")
     changed = {**INVOICE, "amount_cents": 990_000}

@@ -11,6 +11,7 @@ import pytest
 from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
 from tests.recovery.store_support import create_step
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
 
@@ -132,6 +133,7 @@ def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str
     for ref in waiting + verifying:
         cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     store = cluster.client.runtime.store
+    assert isinstance(store, StepStore)
     cluster.wait_for(
         lambda: (
             all(store.get(ref).state is S.WAITING_RETRY for ref in waiting)

@@ -14,6 +14,7 @@ from tests.recovery.store_support import create_step
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore
 from toolsafe.tasks.client import Client
 from toolsafe.tasks.runtime import utcnow
 
@@ -40,6 +41,7 @@ def _escalated_step(ref: str) -> None:
     """A step escalated by the runtime (a dependency error with no attempts left)."""
     client = Client()
     store = client.runtime.store
+    assert isinstance(store, StepStore)
     create_step(
         store,
         "create_invoice",

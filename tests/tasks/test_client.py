@@ -18,7 +18,7 @@ from tests.recovery.store_support import create_step
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import OperationRefConflict, StepNotFound
+from toolsafe.recovery.store import OperationRefConflict, StepNotFound, StepStore
 from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS, safe_detail, safe_envelope
@@ -64,6 +64,7 @@ def test_submit_again_republishes_only_a_step_whose_publish_is_long_past(
 ) -> None:
     ref = new_ref("client/stale")
     store = cluster.client.runtime.store
+    assert isinstance(store, StepStore)
     # Committed and stamped by a submitter that died before its publish went out.
     stale = utcnow() - timedelta(seconds=cluster.settings.republish_after + 1)
     create_step(
@@ -137,6 +138,7 @@ def test_cancel_and_operator_refusals(cluster: Cluster) -> None:
 def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
     ref = new_ref("client/view")
     store = cluster.client.runtime.store
+    assert isinstance(store, StepStore)
     settings = cluster.settings
     create_step(
         store,

@@ -16,6 +16,7 @@ def stats(args: argparse.Namespace) -> int:
     from toolsafe.metrics.exporter import exposition, read_counts
     from toolsafe.recovery.counts import as_json, render
     from toolsafe.recovery.db import make_engine
+    from toolsafe.recovery.store import StepStore
 
     url = args.database
     if url is None:
@@ -23,11 +24,12 @@ def stats(args: argparse.Namespace) -> int:
 
         url = Settings.from_env().database_url
     engine = make_engine(url)
+    store = StepStore(engine)
     try:
         if args.prometheus:
-            sys.stdout.write(exposition(engine))
+            sys.stdout.write(exposition(store))
             return 0
-        counts = read_counts(engine, args.prefix)
+        counts = read_counts(store, args.prefix)
     finally:
         engine.dispose()
     if args.json:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import Engine, select
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
@@ -50,8 +49,8 @@ from toolsafe.harness.processes import (
 from toolsafe.metrics.exporter import read_counts
 from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
-from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
+from toolsafe.recovery.store import StepStore, StorePort
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
@@ -219,7 +218,8 @@ class _Run:
         self.report = ChaosReport(
             config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
         )
-        self.engine: Engine = make_engine(config.database)
+        self.engine = make_engine(config.database)
+        self.store: StorePort = StepStore(self.engine)
         self.procs: list[Proc] = []
         self.workers: Workers | None = None
         self.downstream: Downstream | None = None
@@ -325,19 +325,15 @@ class _Run:
     # -------------------------------------------------------------- while it runs
 
     def observe(self) -> dict[str, Observed]:
-        query = select(steps.c.operation_ref, steps.c.state, steps.c.commit_state).where(
-            steps.c.operation_ref.startswith(self.prefix, autoescape=True)
-        )
         for attempt in range(5):
             try:
-                with self.engine.connect() as conn:
-                    rows = conn.execute(query).all()
+                found = self.store.step_summaries(self.prefix)
                 break
             except Exception:  # a connection killed by the run itself
                 if attempt == 4:
                     raise
                 time.sleep(0.2)
-        return {ref: Observed(StepState(state), commit) for ref, state, commit in rows}
+        return {step.operation_ref: Observed(step.state, step.commit_state) for step in found}
 
     def tend(self) -> dict[str, Observed]:
         """Restart dead workers, answer the steps that wait on the agent; the steps as
@@ -402,7 +398,7 @@ class _Run:
         assert self.downstream is not None and self.workers is not None
         effects = self.downstream.effects()
         report.verdict = check_invariant(report.submitted, observed, effects)
-        report.counts = read_counts(self.engine, self.prefix)
+        report.counts = read_counts(self.store, self.prefix)
         for planned in self.schedule.steps:
             ref = self.ref(planned.index)
             step = observed.get(ref)

@@ -9,17 +9,24 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepRecord
+from toolsafe.recovery.store import StepRecord, StorePort
 from toolsafe.tasks.views import StepView, build_view
 
+if TYPE_CHECKING:
+    from toolsafe.tasks.client import Client
 
-def _client() -> Any:
+
+def _client() -> Client:
     from toolsafe.tasks.client import Client
 
     return Client()
+
+
+def _store() -> StorePort:
+    return _client().runtime.store
 
 
 def _print_json(data: Any) -> None:
@@ -40,7 +47,7 @@ def _table(steps: Sequence[StepRecord]) -> None:
 
 def steps_list(args: argparse.Namespace) -> int:
     states = [StepState(value) for value in args.state] if args.state else None
-    steps = _client().runtime.store.list_steps(states, args.limit)
+    steps = _store().list_steps(states, args.limit)
     if args.json:
         _print_json([build_view(step).as_dict() for step in steps])
     else:
@@ -84,7 +91,7 @@ def steps_show(args: argparse.Namespace) -> int:
 
 
 def escalations_list(args: argparse.Namespace) -> int:
-    steps = _client().runtime.store.list_steps([StepState.ESCALATED], args.limit)
+    steps = _store().list_steps([StepState.ESCALATED], args.limit)
     if args.json:
         _print_json([build_view(step).as_dict() for step in steps])
     else:

@@ -16,8 +16,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from celery.signals import worker_ready
@@ -29,83 +27,23 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, select
 
 from toolsafe.recovery.counts import ATTEMPT_BUCKETS, QUANTILES, Counts, compute_counts
-from toolsafe.recovery.db import READ_ONLY
-from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepStore, StorePort
 
 log = logging.getLogger("toolsafe.metrics")
 
 PORT_VARIABLE: Final = "TOOLSAFE_METRICS_PORT"
 ADDRESS_VARIABLE: Final = "TOOLSAFE_METRICS_ADDRESS"
-BATCH: Final = 5_000
 
 
-@dataclass(frozen=True)
-class _Step:
-    operation_ref: str
-    state: StepState
-    reason: str | None
-
-
-@dataclass(frozen=True)
-class _Event:
-    id: int
-    operation_ref: str
-    at: datetime
-    kind: str
-    from_state: StepState | None
-    to_state: StepState | None
-    detail: dict[str, Any]
-
-
-def _state(value: str | None) -> StepState | None:
-    return None if value is None else StepState(value)
-
-
-def read_counts(engine: Engine, prefix: str | None = None) -> Counts:
-    """Every count over the store (or the operation_refs starting with ``prefix``), in
-    one read-only transaction.
-
-    Only the event fields the counts read leave the database (the noop reason, the
-    escalation reason, the kind of claim and the recorded commit_state), not the envelopes.
-    """
-    detail = step_events.c.detail
-    event_columns = (
-        step_events.c.id,
-        step_events.c.operation_ref,
-        step_events.c.at,
-        step_events.c.kind,
-        step_events.c.from_state,
-        step_events.c.to_state,
-        detail["reason"].as_string(),
-        detail["claim"].as_string(),
-        detail[("envelope", "commit_state")].as_string(),
-    )
-    with engine.connect().execution_options(**{READ_ONLY: True}) as connection, connection.begin():
-        step_query = select(steps.c.operation_ref, steps.c.state, steps.c.reason)
-        event_query = select(*event_columns)
-        if prefix:
-            step_query = step_query.where(steps.c.operation_ref.startswith(prefix, autoescape=True))
-            event_query = event_query.where(
-                step_events.c.operation_ref.startswith(prefix, autoescape=True)
-            )
-        step_rows = connection.execute(step_query).all()
-        found_steps = [_Step(ref, StepState(state), reason) for ref, state, reason in step_rows]
-        found_events: list[_Event] = []
-        result = connection.execution_options(yield_per=BATCH).execute(event_query)
-        for id_, ref, at, kind, src, dst, reason, claim, commit_state in result:
-            info: dict[str, Any] = {}
-            if reason is not None:
-                info["reason"] = reason
-            if claim is not None:
-                info["claim"] = claim
-            if commit_state is not None:
-                info["commit_state"] = commit_state
-            found_events.append(_Event(id_, ref, at, kind, _state(src), _state(dst), info))
-    return compute_counts(found_steps, found_events)
+def read_counts(store: StorePort, prefix: str | None = None) -> Counts:
+    """Every count over the store (or the operation_refs starting with ``prefix``), from
+    the steps and events the store reads in one transaction (``StorePort.count_sources``:
+    the event fields the counts need, not the envelopes)."""
+    sources = store.count_sources(prefix)
+    return compute_counts(sources.steps, sources.events)
 
 
 def metric_families(counts: Counts) -> Iterator[Metric]:
@@ -189,11 +127,11 @@ class CountsCollector(Collector):
 
     def __init__(
         self,
-        engine: Engine,
+        store: StorePort,
         min_interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.min_interval = min_interval
         self.clock = clock
         self._lock = threading.Lock()
@@ -205,7 +143,7 @@ class CountsCollector(Collector):
             now = self.clock()
             if self._cached is None or now - self._cached[0] >= self.min_interval:
                 started = time.perf_counter()
-                counts = read_counts(self.engine)
+                counts = read_counts(self.store)
                 self._cached = (now, counts, time.perf_counter() - started)
             return self._cached[1], self._cached[2]
 
@@ -242,7 +180,7 @@ def metrics_address(environ: dict[str, str] | None = None) -> tuple[str, int] | 
 
 
 def serve(
-    engine: Engine, address: str = "127.0.0.1", port: int = 0, min_interval: float = 10.0
+    store: StorePort, address: str = "127.0.0.1", port: int = 0, min_interval: float = 10.0
 ) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` from a daemon thread; returns (server, thread).
 
@@ -250,15 +188,15 @@ def serve(
     stops it.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountsCollector(engine, min_interval=min_interval))
+    registry.register(CountsCollector(store, min_interval=min_interval))
     server, thread = start_http_server(port, addr=address, registry=registry)
     return server, thread
 
 
-def exposition(engine: Engine) -> str:
+def exposition(store: StorePort) -> str:
     """The metrics as Prometheus text, computed now (``toolsafe stats --prometheus``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountsCollector(engine, min_interval=0.0))
+    registry.register(CountsCollector(store, min_interval=0.0))
     return generate_latest(registry).decode("utf-8")
 
 
@@ -277,7 +215,7 @@ def install(target: Any) -> None:
             return
         from toolsafe.recovery.db import make_engine
 
-        server, _thread = serve(make_engine(database_url), *address)
+        server, _thread = serve(StepStore(make_engine(database_url)), *address)
         log.info(
             "metrics on http://%s:%s/metrics",
             address[0],

@@ -1,0 +1,540 @@
+"""The store port in memory: the same guarded compare-and-set transitions, versions,
+leases, due times and event log as the SQL store, behind one lock, with no I/O.
+
+For unit tests of the pipeline and the client, and for anything that needs a store that
+lives only as long as its process. The contract tests
+(``tests/recovery/test_store_contract.py``) run the same functions against this store,
+SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
+from toolsafe.adapters.protocol import LookupFound
+from toolsafe.recovery.canonical import changed_fields, input_hash
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import (
+    Approved,
+    Cancelled,
+    Decision,
+    Executed,
+    InputCorrected,
+    LeaseExpired,
+    LookedUp,
+    Outcome,
+    Rejected,
+    Resolved,
+    TransitionRefused,
+)
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.records import (
+    Claim,
+    CountSources,
+    EventRecord,
+    EventSummary,
+    Recorded,
+    StepRecord,
+    StepSummary,
+    Submitted,
+)
+from toolsafe.recovery.rows import (
+    decision_detail,
+    decision_values,
+    execution_refusal,
+    iso,
+    outcome_detail,
+    snapshot,
+    verification_refusal,
+    verified_success,
+)
+from toolsafe.recovery.states import LABELS, WORK_STATES, StepState
+from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
+from toolsafe.recovery.store.sql import Change
+from toolsafe.recovery.store.steps import (
+    CONCURRENT_CHANGE,
+    InvalidOperationRef,
+    Jitter,
+    OperationRefConflict,
+    StepNotFound,
+    Validator,
+    new_operation_ref,
+)
+from toolsafe.recovery.store.tables import Tables, counted_detail, document, utc
+
+__all__ = ["MemoryStore"]
+
+S = StepState
+LEASED: Final = frozenset({S.IN_FLIGHT, S.VERIFYING})
+
+
+class MemoryStore:
+    """Steps and events in dicts and lists; every method one "transaction" under a lock.
+
+    A method that raises leaves nothing behind (its writes are undone), as a rolled-back
+    transaction would; ids, like PostgreSQL's sequences, are not given back.
+    """
+
+    def __init__(self, *, rng: Jitter | None = None) -> None:
+        self._rng = rng or random.Random()
+        self._tables = Tables()
+
+    # -------------------------------------------------------------- transactions
+
+    # -------------------------------------------------------------- submit and read
+
+    def submit(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        *,
+        operation_ref: str | None,
+        policy: Policy,
+        now: datetime,
+        published_at: datetime | None = None,
+    ) -> Submitted:
+        """A ``pending`` step due now and its ``submitted`` event; the same operation_ref
+        returns the stored step (no event), or raises ``OperationRefConflict``."""
+        ref = operation_ref if operation_ref is not None else new_operation_ref()
+        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
+            raise InvalidOperationRef(ref)
+        digest = input_hash(input)
+        max_attempts = policy.retry.max_attempts
+        with self._tables.transaction():
+            existing = self._tables.steps.get(ref)
+            if existing is None:
+                created = self._insert(tool, input, ref, digest, max_attempts, now, published_at)
+        if existing is None:
+            return created
+        if existing.tool != tool:
+            raise OperationRefConflict(ref, "tool")
+        if existing.input_hash != digest:
+            raise OperationRefConflict(ref, "input")
+        return Submitted(existing, None)
+
+    def _insert(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        ref: str,
+        digest: str,
+        max_attempts: int,
+        now: datetime,
+        published_at: datetime | None,
+    ) -> Submitted:
+        at = utc(now)
+        step = StepRecord(
+            id=self._tables.next_step_id(),
+            operation_ref=ref,
+            tool=tool,
+            input=document(dict(input)),
+            input_hash=digest,
+            state=S.PENDING,
+            commit_state=None,
+            attempts=0,
+            max_attempts=max_attempts,
+            verification_attempts=0,
+            lookups_unavailable=0,
+            due_at=at,
+            lease_owner=None,
+            lease_expires_at=None,
+            last_sent_at=None,
+            last_envelope=None,
+            fingerprint=None,
+            fingerprint_repeats=0,
+            flagged_fields=(),
+            approval_input_hash=None,
+            reason=None,
+            published_at=None if published_at is None else utc(published_at),
+            version=1,
+            created_at=at,
+            updated_at=at,
+        )
+        self._tables.put(step)
+        change = submitted_change(tool, digest, max_attempts)
+        event = self._tables.append(
+            operation_ref=ref,
+            at=now,
+            kind=change.kind,
+            from_state=None,
+            to_state=S.PENDING,
+            label=change.label,
+            detail=change.detail,
+        )
+        return Submitted(step, event)
+
+    def get(self, operation_ref: str) -> StepRecord:
+        with self._tables.lock:
+            step = self._tables.steps.get(operation_ref)
+        if step is None:
+            raise StepNotFound(operation_ref)
+        return step
+
+    def events(self, operation_ref: str) -> list[EventRecord]:
+        with self._tables.lock:
+            return list(self._tables.events_by_ref.get(operation_ref, ()))
+
+    def list_steps(
+        self, states: Sequence[StepState] | None = None, limit: int = 100
+    ) -> list[StepRecord]:
+        wanted = None if states is None else {StepState(state) for state in states}
+        with self._tables.lock:
+            found = [
+                step
+                for step in self._tables.steps.values()
+                if wanted is None or step.state in wanted
+            ]
+        found.sort(key=lambda step: step.id, reverse=True)
+        return found[:limit]
+
+    def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:
+        with self._tables.lock:
+            return self._summaries(prefix)
+
+    def count_sources(self, prefix: str | None = None) -> CountSources:
+        with self._tables.lock:
+            steps = self._summaries(prefix)
+            events = [
+                EventSummary(
+                    id=event.id,
+                    operation_ref=event.operation_ref,
+                    at=event.at,
+                    kind=event.kind,
+                    from_state=event.from_state,
+                    to_state=event.to_state,
+                    detail=counted_detail(event.detail),
+                )
+                for event in self._tables.events
+                if not prefix or event.operation_ref.startswith(prefix)
+            ]
+        return CountSources(steps, events)
+
+    def _summaries(self, prefix: str | None) -> list[StepSummary]:
+        return [
+            StepSummary(step.operation_ref, step.state, step.commit_state, step.reason)
+            for ref, step in self._tables.steps.items()
+            if not prefix or ref.startswith(prefix)
+        ]
+
+    # -------------------------------------------------------------- the worker's path
+
+    def claim_execution(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is not None and execution_refusal(current, now) is None:
+                lease_expires_at = utc(now + lease)
+                attempt = current.attempts + 1
+                change = Change(
+                    "claimed",
+                    LABELS[(current.state, S.IN_FLIGHT)],
+                    {
+                        "claim": "execute",
+                        "owner": owner,
+                        "attempt": attempt,
+                        "lease_expires_at": lease_expires_at,
+                    },
+                )
+                values = {
+                    "state": S.IN_FLIGHT.value,
+                    "lease_owner": owner,
+                    "lease_expires_at": lease_expires_at,
+                    "attempts": attempt,
+                    "last_sent_at": now,
+                }
+                moved = self._tables.cas(current, values, now, change=change)
+                if moved is not None:
+                    return Claim("execute", owner, moved)
+            current = self._tables.steps.get(operation_ref)
+            if (
+                current is not None
+                and current.state is S.IN_FLIGHT
+                and current.lease_owner == owner
+                and current.last_sent_at == now
+            ):
+                return Claim("execute", owner, current)  # this very claim, asked again
+            self._tables.noop(
+                operation_ref, current, now, "execute", execution_refusal(current, now)
+            )
+            return None
+
+    def claim_verification(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            refusal = verification_refusal(current, now)
+            if refusal is None and current is not None:
+                lease_expires_at = utc(now + lease)
+                change = Change(
+                    "claimed",
+                    CLAIM_LABEL_VERIFY,
+                    {"claim": "verify", "owner": owner, "lease_expires_at": lease_expires_at},
+                )
+                values = {"lease_owner": owner, "lease_expires_at": lease_expires_at}
+                moved = self._tables.cas(current, values, now, change=change)
+                if moved is not None:
+                    return Claim("verify", owner, moved)
+            if (
+                current is not None
+                and current.state is S.VERIFYING
+                and current.lease_owner == owner
+                and current.lease_expires_at == now + lease
+            ):
+                return Claim("verify", owner, current)  # this very claim, asked again
+            self._tables.noop(operation_ref, current, now, "verify", refusal)
+            return None
+
+    def record(
+        self,
+        claim: Claim,
+        outcome: Executed | LookedUp,
+        *,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        rng: Jitter,
+    ) -> Recorded | None:
+        current = claim.step
+        decision = decide(snapshot(current, traits), outcome, now, policy, rng)
+        values = decision_values(decision)
+        observed = outcome_detail(outcome)
+        if isinstance(outcome, Executed):
+            values["last_envelope"] = observed["envelope"]
+        elif decision.state is S.SUCCEEDED and isinstance(outcome.result, LookupFound):
+            values["last_envelope"] = verified_success(current.operation_ref, outcome.result)
+        change = Change(
+            "executed" if isinstance(outcome, Executed) else "looked_up",
+            decision.label,
+            {**observed, **decision_detail(decision)},
+        )
+        with self._tables.transaction():
+            moved = self._tables.cas(current, values, now, lease_owner=claim.owner, change=change)
+        return None if moved is None else Recorded(moved, decision)
+
+    # -------------------------------------------------------------- the sweeper
+
+    def expire_leases(
+        self,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+        limit: int = 100,
+        rng: Jitter | None = None,
+    ) -> list[Recorded]:
+        jitter = rng or self._rng
+        decided: list[Recorded] = []
+        with self._tables.transaction():
+            expired = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in LEASED
+                    and step.lease_expires_at is not None
+                    and step.lease_expires_at <= now
+                ),
+                key=lambda step: (step.lease_expires_at, step.id),
+            )
+            for current in expired[: max(limit, 0)]:
+                decision = decide(
+                    snapshot(current, traits_for(current.tool)),
+                    LeaseExpired(),
+                    now,
+                    policy_for(current.tool),
+                    jitter,
+                )
+                change = Change(
+                    "lease_expired",
+                    decision.label,
+                    {
+                        "owner": current.lease_owner,
+                        "lease_expires_at": iso(current.lease_expires_at),
+                        **decision_detail(decision),
+                    },
+                )
+                moved = self._tables.cas(current, decision_values(decision), now, change=change)
+                if moved is not None:
+                    decided.append(Recorded(moved, decision))
+        return decided
+
+    def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:
+        if republish_after <= timedelta(0):
+            raise ValueError("republish_after must be positive, or every sweep republishes")
+        cutoff = now - republish_after
+        stamp = utc(now)
+        with self._tables.transaction():
+            due = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in WORK_STATES
+                    and step.due_at is not None
+                    and step.due_at <= now
+                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                    and (step.published_at is None or step.published_at <= cutoff)
+                ),
+                key=lambda step: (step.due_at, step.id),
+            )
+            marked = [replace(step, published_at=stamp) for step in due[: max(limit, 0)]]
+            for step in marked:
+                self._tables.put(step)  # bookkeeping: no version, no event
+        return marked
+
+    def mark_published(self, operation_ref: str, now: datetime) -> None:
+        with self._tables.transaction():
+            step = self._tables.steps.get(operation_ref)
+            if step is None:
+                raise StepNotFound(operation_ref)
+            self._tables.put(replace(step, published_at=utc(now)))
+
+    # -------------------------------------------------------------- agents and operators
+
+    def _act(
+        self,
+        operation_ref: str,
+        outcome_for: Callable[[StepRecord], Outcome],
+        *,
+        kind: str,
+        detail: Mapping[str, Any],
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        values_for: Callable[[StepRecord, Decision], Mapping[str, Any]] | None = None,
+    ) -> Recorded:
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is None:
+                raise StepNotFound(operation_ref)
+            decision = decide(
+                snapshot(current, traits), outcome_for(current), now, policy, self._rng
+            )
+            values = decision_values(decision)
+            if values_for is not None:
+                values.update(values_for(current, decision))
+            change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
+            moved = self._tables.cas(current, values, now, change=change)
+        if moved is None:  # pragma: no cover - the lock admits no change in between
+            raise TransitionRefused(
+                CONCURRENT_CHANGE,
+                f"step {operation_ref} changed while the {kind} was applied; read it and retry",
+            )
+        return Recorded(moved, decision)
+
+    def provide_input(
+        self,
+        operation_ref: str,
+        new_input: Mapping[str, Any],
+        *,
+        validate: Validator,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        new_input = dict(new_input)
+        digest = input_hash(new_input)
+        field_errors = tuple(validate(new_input))
+        detail: dict[str, Any] = {"input_hash": digest}
+
+        def outcome_for(step: StepRecord) -> Outcome:
+            changed = changed_fields(step.input, new_input)
+            detail["changed_fields"] = sorted(changed)  # names only, never the values
+            return InputCorrected(digest, changed, field_errors)
+
+        return self._act(
+            operation_ref,
+            outcome_for,
+            kind="input_provided",
+            detail=detail,
+            traits=traits,
+            policy=policy,
+            now=now,
+            values_for=lambda _step, _decision: {"input": new_input},
+        )
+
+    def approve(
+        self,
+        operation_ref: str,
+        *,
+        approver: str,
+        reason: str,
+        input_hash: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        return self._act(
+            operation_ref,
+            lambda _step: Approved(approver, reason, input_hash),
+            kind="approved",
+            detail={"approver": approver, "reason": reason, "input_hash": input_hash},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
+
+    def reject(
+        self,
+        operation_ref: str,
+        *,
+        approver: str,
+        reason: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        return self._act(
+            operation_ref,
+            lambda _step: Rejected(approver, reason),
+            kind="rejected",
+            detail={"approver": approver, "reason": reason},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
+
+    def cancel(
+        self,
+        operation_ref: str,
+        *,
+        by: str,
+        reason: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        return self._act(
+            operation_ref,
+            lambda _step: Cancelled(by, reason),
+            kind="cancelled",
+            detail={"by": by, "reason": reason},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
+
+    def resolve(
+        self,
+        operation_ref: str,
+        *,
+        operator: str,
+        reason: str,
+        to: StepState,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        return self._act(
+            operation_ref,
+            lambda _step: Resolved(operator, reason, StepState(to)),
+            kind="resolved",
+            detail={"operator": operator, "reason": reason, "to": StepState(to).value},
+            traits=traits,
+            policy=policy,
+            now=now,
+        )

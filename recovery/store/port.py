@@ -1,0 +1,196 @@
+"""The store port: the operations the pipeline, client, sweeper, CLI, metrics and chaos
+run use, as a Protocol that the SQLAlchemy store and the in-memory store both satisfy.
+
+Every method is one transaction; every state change a guarded compare-and-set that
+appends its event in the same transaction (R10); zero rows changed is an answer (``None``
+or a refusal). ``docs/store.md`` describes each operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.records import (
+    Claim,
+    CountSources,
+    EventRecord,
+    EventSummary,
+    Recorded,
+    StepRecord,
+    StepSummary,
+    Submitted,
+)
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.steps import Jitter, Validator
+
+__all__ = ["CountSources", "EventSummary", "StepSummary", "StorePort"]
+
+
+class StorePort(Protocol):
+    """The durable step store as its callers see it (R1-R10)."""
+
+    # ---------------------------------------------------------------- submit and read
+
+    def submit(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        *,
+        operation_ref: str | None,
+        policy: Policy,
+        now: datetime,
+        published_at: datetime | None = None,
+    ) -> Submitted:
+        """Commit a ``pending`` step due now with its ``submitted`` event (R2); the same
+        operation_ref again returns the stored step and no event; another tool or input
+        under it raises ``OperationRefConflict``; a malformed ref ``InvalidOperationRef``."""
+        ...
+
+    def get(self, operation_ref: str) -> StepRecord:
+        """The step; ``StepNotFound`` when there is none."""
+        ...
+
+    def events(self, operation_ref: str) -> list[EventRecord]:
+        """Every event about the operation_ref, oldest first (noops about a missing step
+        included)."""
+        ...
+
+    def list_steps(
+        self, states: Sequence[StepState] | None = None, limit: int = 100
+    ) -> list[StepRecord]:
+        """The newest steps first, optionally only those in ``states``."""
+        ...
+
+    def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:
+        """Every step (or those whose operation_ref starts with ``prefix``), in no order."""
+        ...
+
+    def count_sources(self, prefix: str | None = None) -> CountSources:
+        """Steps and events (optionally by operation_ref prefix) in one read transaction."""
+        ...
+
+    # ---------------------------------------------------------------- the worker's path
+
+    def claim_execution(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3); None
+        and a ``noop`` event naming why when it may not run now."""
+        ...
+
+    def claim_verification(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        """A due ``verifying`` step with no live lease gets one; None and a ``noop``."""
+        ...
+
+    def record(
+        self,
+        claim: Claim,
+        outcome: Executed | LookedUp,
+        *,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        rng: Jitter,
+    ) -> Recorded | None:
+        """Decide on the outcome and write it while the claim holds; None when the lease
+        was lost (R4, R5). ``TransitionRefused`` (a stale outcome) writes nothing."""
+        ...
+
+    # ---------------------------------------------------------------- the sweeper
+
+    def expire_leases(
+        self,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+        limit: int = 100,
+        rng: Jitter | None = None,
+    ) -> list[Recorded]:
+        """Expired leases through ``decide`` (R4): in_flight → verifying, an abandoned
+        verification due again."""
+        ...
+
+    def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:
+        """Due, unleased work not published within ``republish_after``, marked published
+        at ``now``; each step to one caller however many sweep at once (R7)."""
+        ...
+
+    def mark_published(self, operation_ref: str, now: datetime) -> None:
+        """The step's hint went out at ``now`` (no version, no event); ``StepNotFound``."""
+        ...
+
+    # ---------------------------------------------------------------- agents and operators
+
+    def provide_input(
+        self,
+        operation_ref: str,
+        new_input: Mapping[str, Any],
+        *,
+        validate: Validator,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        """needs_input → pending with the new input, same operation_ref."""
+        ...
+
+    def approve(
+        self,
+        operation_ref: str,
+        *,
+        approver: str,
+        reason: str,
+        input_hash: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        """awaiting_approval → pending, bound to the input hash the request was for."""
+        ...
+
+    def reject(
+        self,
+        operation_ref: str,
+        *,
+        approver: str,
+        reason: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        """awaiting_approval → failed."""
+        ...
+
+    def cancel(
+        self,
+        operation_ref: str,
+        *,
+        by: str,
+        reason: str,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        """Any waiting state → cancelled."""
+        ...
+
+    def resolve(
+        self,
+        operation_ref: str,
+        *,
+        operator: str,
+        reason: str,
+        to: StepState,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+    ) -> Recorded:
+        """An escalated step → pending (verifying first when the outcome is unknown),
+        succeeded or failed, with the operator's reason."""
+        ...

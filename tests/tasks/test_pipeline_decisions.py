@@ -1,0 +1,397 @@
+"""The pipeline's decisions without I/O: execute, verify, record, escalate and sweep
+over the in-memory store, with a scripted adapter and a publisher that records."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from tests.tasks.memory_support import (
+    INPUT,
+    SETTINGS,
+    TOOL,
+    Hint,
+    RecordingHints,
+    ScriptedAdapter,
+    conflict,
+    correct_input,
+    memory_runtime,
+    needs_approval,
+    now,
+    retry_in,
+    success,
+    unknown,
+)
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.adapters.registry import Registry
+from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import MemoryStore
+from toolsafe.tasks import pipeline
+from toolsafe.tasks.escalation import EscalationNotice
+from toolsafe.tasks.runtime import Runtime
+
+S = StepState
+REF = "run_81/step_4"
+LEASE = timedelta(seconds=SETTINGS.lease)
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def adapter() -> ScriptedAdapter:
+    return ScriptedAdapter()
+
+
+@pytest.fixture
+def setup(adapter: ScriptedAdapter) -> tuple[Runtime, MemoryStore]:
+    return memory_runtime(adapter)
+
+
+@pytest.fixture
+def runtime(setup: tuple[Runtime, MemoryStore]) -> Runtime:
+    return setup[0]
+
+
+@pytest.fixture
+def store(setup: tuple[Runtime, MemoryStore]) -> MemoryStore:
+    return setup[1]
+
+
+@pytest.fixture
+def hints() -> RecordingHints:
+    return RecordingHints()
+
+
+def submit(runtime: Runtime, ref: str = REF, tool: str = TOOL, ago: timedelta = HOUR) -> None:
+    """A step committed ``ago`` (so that anything it waits for is due by now)."""
+    runtime.store.submit(
+        tool, INPUT, operation_ref=ref, policy=runtime.policy_for(tool), now=now() - ago
+    )
+
+
+def verifying_since(runtime: Runtime, ref: str = REF) -> None:
+    """A step whose write went out an hour ago with an unknown outcome: due to verify."""
+    submit(runtime, ref)
+    then = now() - HOUR
+    claim = runtime.store.claim_execution(ref, "old-worker", LEASE, then)
+    assert claim is not None
+    recorded = runtime.store.record(
+        claim,
+        Executed(unknown(ref)),
+        traits=runtime.traits_for(TOOL),
+        policy=runtime.policy_for(TOOL),
+        now=then,
+        rng=random.Random(0),
+    )
+    assert recorded is not None and recorded.step.state is S.VERIFYING
+
+
+def kinds(store: MemoryStore, ref: str = REF) -> list[str]:
+    return [event.kind for event in store.events(ref)]
+
+
+# ------------------------------------------------------------------ execute
+
+
+def test_execute_a_success_records_it_and_publishes_nothing(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(success)
+    assert pipeline.execute(runtime, hints, REF) == "succeed"
+    step = store.get(REF)
+    assert (step.state, step.commit_state, step.attempts, step.lease_owner) == (
+        S.SUCCEEDED,
+        "committed",
+        1,
+        None,
+    )
+    assert step.last_envelope is not None and step.last_envelope["ok"] is True
+    [(sent_ref, data, context)] = adapter.calls
+    assert (sent_ref, data.model_dump(), context.attempt, context.approval_ref) == (
+        REF,
+        INPUT,
+        1,
+        None,
+    )
+    assert hints.take() == []
+    assert kinds(store) == ["submitted", "claimed", "executed"]
+
+
+def test_execute_an_unknown_outcome_publishes_the_verification(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(unknown)
+    assert pipeline.execute(runtime, hints, REF) == "verify"
+    step = store.get(REF)
+    assert (step.state, step.commit_state) == (S.VERIFYING, "unknown")
+    assert hints.take() == [Hint("verify", REF, step.due_at)]
+    # Stamped with the time the hint arrives, so the sweeper leaves it alone till then.
+    assert step.due_at is not None and step.published_at == step.due_at > step.updated_at
+    # Never executed again before verification, however often the hint comes.
+    assert pipeline.execute(runtime, hints, REF) == "noop"
+    assert len(adapter.calls) == 1 and store.events(REF)[-1].detail["reason"] == "unknown_outcome"
+
+
+def test_execute_a_short_retry_publishes_it_with_its_due_time(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(retry_in(20))
+    assert pipeline.execute(runtime, hints, REF) == "run"
+    step = store.get(REF)
+    assert step.state is S.WAITING_RETRY and step.due_at is not None
+    assert hints.take() == [Hint("execute", REF, step.due_at)]
+    assert step.published_at == step.due_at
+    # An early hint (the ETA ran ahead of the due time) does nothing harmful (R6).
+    assert pipeline.execute(runtime, hints, REF) == "noop"
+    assert store.events(REF)[-1].detail["reason"] == "not_due" and len(adapter.calls) == 1
+
+
+def test_execute_a_retry_beyond_max_eta_is_left_to_the_sweeper(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(retry_in(SETTINGS.max_eta + 100))
+    assert pipeline.execute(runtime, hints, REF) == "run"
+    step = store.get(REF)
+    assert step.state is S.WAITING_RETRY and hints.take() == []
+    assert step.published_at is None  # nothing went out: due_work will hand it out when due
+
+
+def test_execute_correctable_input_waits_for_the_agent(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(correct_input)
+    assert pipeline.execute(runtime, hints, REF) == "wait_input"
+    step = store.get(REF)
+    assert (step.state, step.flagged_fields, step.due_at) == (
+        S.NEEDS_INPUT,
+        ("recipient_email",),
+        None,
+    )
+    assert hints.take() == []
+
+
+def test_execute_after_approval_sends_the_approval_downstream(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.extend([needs_approval, success])
+    assert pipeline.execute(runtime, hints, REF) == "wait_approval"
+    waiting = store.get(REF)
+    assert waiting.state is S.AWAITING_APPROVAL
+    approved = store.approve(
+        REF,
+        approver="ops",
+        reason="ok",
+        input_hash=waiting.input_hash,
+        traits=runtime.traits_for(TOOL),
+        policy=runtime.policy_for(TOOL),
+        now=now(),
+    )
+    assert pipeline.execute(runtime, hints, REF) == "succeed"
+    first, second = (context for _, _, context in adapter.calls)
+    assert first.approval_ref is None
+    assert second.approval_ref == pipeline.approval_ref(approved.step)
+    assert second.approval_ref is not None and second.approval_ref.startswith("appr_")
+    assert second.attempt == 2
+
+
+def test_execute_a_conflict_escalates_and_notifies(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(conflict)
+    assert pipeline.execute(runtime, hints, REF) == "escalate"
+    step = store.get(REF)
+    assert (step.state, step.reason) == (S.ESCALATED, "VERSION_CONFLICT")
+    assert hints.take() == [Hint("escalation", REF)]
+
+
+def test_execute_a_tool_no_worker_knows_escalates_without_a_call(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime, tool="mystery_tool")
+    assert pipeline.execute(runtime, hints, REF) == "escalate"
+    step = store.get(REF)
+    assert step.state is S.ESCALATED and step.commit_state == "not_committed"
+    assert step.last_envelope is not None and step.last_envelope["code"] == pipeline.UNKNOWN_TOOL
+    assert adapter.calls == [] and hints.take() == [Hint("escalation", REF)]
+
+
+def test_execute_is_a_noop_for_a_claimed_or_missing_step(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    assert store.claim_execution(REF, "other-worker", LEASE, now()) is not None
+    assert pipeline.execute(runtime, hints, REF) == "noop"
+    assert pipeline.execute(runtime, hints, "ghost") == "noop"
+    assert store.events(REF)[-1].detail == {"claim": "execute", "reason": "claimed"}
+    assert store.events("ghost")[-1].detail == {"claim": "execute", "reason": "missing"}
+    assert adapter.calls == [] and hints.take() == []
+    assert store.get(REF).lease_owner == "other-worker"
+
+
+def test_a_lease_lost_during_the_call_records_nothing(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+
+    def sweeper_runs_meanwhile() -> None:
+        # The call outlived its lease: a sweeper moved the step to verification (R4).
+        late = now() + 2 * LEASE
+        [expired] = store.expire_leases(late, runtime.traits_for, runtime.policy_for)
+        assert expired.step.state is S.VERIFYING
+
+    adapter.while_calling = sweeper_runs_meanwhile
+    adapter.answers.append(success)
+    assert pipeline.execute(runtime, hints, REF) == "lease_lost"
+    step = store.get(REF)
+    assert (step.state, step.commit_state) == (S.VERIFYING, "unknown")
+    assert "executed" not in kinds(store) and hints.take() == []
+
+
+# ------------------------------------------------------------------ verify
+
+
+def test_verify_found_succeeds_without_a_second_write(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    adapter.lookups.append(
+        lambda: LookupFound(checked_at=now(), result={"id": 7}, evidence_ref="inv:7")
+    )
+    assert pipeline.verify(runtime, hints, REF) == "succeed"
+    step = store.get(REF)
+    assert (step.state, step.commit_state) == (S.SUCCEEDED, "committed")
+    assert (
+        step.last_envelope is not None
+        and step.last_envelope["verification"]["evidence_ref"] == "inv:7"
+    )
+    assert adapter.looked_up == [REF] and adapter.calls == [] and hints.take() == []
+
+
+def test_verify_not_found_after_the_window_retries_under_the_same_ref(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    adapter.lookups.append(lambda: LookupNotFound(checked_at=now()))
+    assert pipeline.verify(runtime, hints, REF) == "run"
+    step = store.get(REF)
+    assert step.state is S.WAITING_RETRY and step.operation_ref == REF
+    assert hints.take() == [Hint("execute", REF, step.due_at)]
+
+
+def test_verify_with_the_lookup_down_tries_again_later(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    adapter.lookups.append(lambda: LookupUnavailable(checked_at=now()))
+    assert pipeline.verify(runtime, hints, REF) == "verify"
+    step = store.get(REF)
+    assert (step.state, step.lookups_unavailable) == (S.VERIFYING, 1)
+    assert step.due_at is not None and step.due_at > now() - timedelta(seconds=1)
+    assert hints.take() == [Hint("verify", REF, step.due_at)]
+
+
+def test_verify_is_a_noop_when_nothing_is_due(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    assert pipeline.verify(runtime, hints, REF) == "noop"
+    assert pipeline.verify(runtime, hints, "ghost") == "noop"
+    assert store.events(REF)[-1].detail == {"claim": "verify", "reason": "not_due"}
+    assert adapter.looked_up == [] and hints.take() == []
+    assert store.get(REF).state is S.PENDING
+
+
+def test_verify_of_a_tool_no_worker_knows_escalates(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime, "other")
+    # A worker that does not load the only adapter that could look it up.
+    elsewhere = Runtime(SETTINGS, store=store, registry=Registry())
+    assert pipeline.verify(elsewhere, hints, "other") == "escalate"
+    assert store.get("other").state is S.ESCALATED
+    assert hints.take() == [Hint("escalation", "other")]
+
+
+# ------------------------------------------------------------------ escalate
+
+
+def test_escalate_notifies_every_handler_of_an_escalated_step(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(conflict)
+    pipeline.execute(runtime, hints, REF)
+    seen: list[EscalationNotice] = []
+
+    def broken(notice: EscalationNotice) -> None:
+        raise RuntimeError("handler down")
+
+    assert pipeline.escalate(runtime, [("seen", seen.append)], REF) == "notified"
+    [notice] = seen
+    assert (notice.operation_ref, notice.reason, notice.state) == (
+        REF,
+        "VERSION_CONFLICT",
+        "escalated",
+    )
+    assert [entry.kind for entry in notice.history] == kinds(store)
+    assert pipeline.escalate(runtime, [("broken", broken), ("seen", seen.append)], REF) == (
+        "handler_failed"
+    )
+    assert len(seen) == 2  # a failing handler does not keep the others from hearing
+
+
+def test_escalate_is_a_noop_once_resolved_or_for_a_missing_step(
+    runtime: Runtime, store: MemoryStore
+) -> None:
+    submit(runtime)
+    seen: list[EscalationNotice] = []
+    assert pipeline.escalate(runtime, [("seen", seen.append)], REF) == "noop"
+    assert pipeline.escalate(runtime, [("seen", seen.append)], "ghost") == "noop"
+    assert seen == []
+
+
+# ------------------------------------------------------------------ sweep
+
+
+def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints
+) -> None:
+    submit(runtime, "crashed")
+    then = now() - HOUR
+    assert store.claim_execution("crashed", "dead-worker", LEASE, then) is not None
+    submit(runtime, "lost")  # committed, its hint never went out
+    verifying_since(runtime, "unchecked")
+    counts = pipeline.sweep(runtime, hints)
+    assert counts == {"expired": 1, "republished": 2}
+    crashed = store.get("crashed")
+    assert (crashed.state, crashed.commit_state) == (S.VERIFYING, "unknown")
+    sent = hints.take()
+    assert sent[0] == Hint("verify", "crashed", crashed.due_at)
+    assert sorted(sent[1:], key=lambda hint: hint.operation_ref) == [
+        Hint("execute", "lost"),
+        Hint("verify", "unchecked"),
+    ]
+    assert store.get("lost").published_at is not None
+    # Just republished: the next sweep leaves them alone.
+    assert pipeline.sweep(runtime, hints) == {"expired": 0, "republished": 0}
+    assert hints.take() == []
+
+
+def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints
+) -> None:
+    submit(runtime, "lost")
+    backlog = SETTINGS.sweep_batch + 1
+    assert pipeline.sweep(runtime, hints, lambda: backlog) == {"expired": 0, "republished": 0}
+    assert hints.take() == [] and store.get("lost").published_at is None
+    assert pipeline.sweep(runtime, hints, lambda: None) == {"expired": 0, "republished": 1}
+    assert hints.take() == [Hint("execute", "lost")]
