@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.harness import flush_broker
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
