@@ -151,3 +151,11 @@ def test_the_broker_must_be_a_dedicated_redis_db() -> None:
     for bad in ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379", "amqp://guest@x//"):
         with pytest.raises(BrokerError):
             check_broker(bad)
+
+
+def test_toolsafe_chaos_refuses_db_0_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsafe.cli.main import main
+
+    database = "postgresql://postgres@127.0.0.1:1/never_touched"
+    assert main(["chaos", "--broker", "redis://127.0.0.1:6379/0", "--database", database]) == 2
+    assert "dedicated Redis db other than 0" in capsys.readouterr().err
