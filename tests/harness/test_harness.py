@@ -196,6 +196,8 @@ def test_flush_broker_deletes_every_key_but_the_kept_ones(redis_url: str) -> Non
     try:
         lock = client.get(SESSION_LOCK_KEY)
         assert lock is not None  # conftest holds the db
+        flush_broker(redis_url)  # what earlier tests of the session left behind
+        assert list(client.scan_iter()) == [SESSION_LOCK_KEY.encode()]
         client.rpush("toolsafe.execute", *[f"hint{n}" for n in range(1200)])
         client.hset("unacked", "tag", "message")
         client.set("kept-too", "1")
