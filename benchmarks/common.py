@@ -1,32 +1,28 @@
 """What every benchmark program shares: the Redis database and PostgreSQL database it
-owns for the run, real ``celery worker`` subprocesses, and the machine's load."""
+owns for the run, real ``celery worker`` subprocesses (through ``toolsafe.harness``), and
+the machine's load."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
 import psycopg
 import redis
 from sqlalchemy.engine import make_url
 
+from toolsafe import harness
+from toolsafe.harness import SESSION_LOCK_KEY, HarnessError, Process, check_broker, flush_broker
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 DEFAULT_BROKER: Final = "redis://127.0.0.1:6379/12"
 DEFAULT_DATABASE: Final = "postgresql://postgres@127.0.0.1:5432/toolsafe_bench"
-# The key tests/conftest.py uses to hold a Redis database number: holding it keeps test
-# sessions (and other benchmark runs) out of ours.
-REDIS_LOCK_KEY: Final = "toolsafe-test-session-lock"
 # kombu's Redis transport keeps delivered, unacknowledged messages here.
 UNACKED_KEY: Final = "unacked"
 
@@ -65,15 +61,7 @@ class BrokerDb:
     """One Redis database number, held for the run; cleared key by key, never FLUSHed."""
 
     def __init__(self, url: str, *, held_by_caller: bool = False) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "redis":
-            raise BenchError(f"--broker must be a redis:// URL, got {url!r}")
-        try:
-            self.number = int(parts.path.strip("/") or "0")
-        except ValueError:
-            raise BenchError(f"--broker database number must be a number: {url!r}") from None
-        if self.number == 0:
-            raise BenchError("--broker must name a Redis database other than 0, e.g. /12")
+        self.number = check_broker(url)
         self.url = url
         self.client = redis.Redis.from_url(url)
         self.held_by_caller = held_by_caller
@@ -85,10 +73,10 @@ class BrokerDb:
         except redis.RedisError as error:
             raise BenchError(f"Redis at {self.url} is not reachable: {error}") from None
         if not self.held_by_caller and not self.client.set(
-            REDIS_LOCK_KEY, self._token, nx=True, ex=6 * 3600
+            SESSION_LOCK_KEY, self._token, nx=True, ex=6 * 3600
         ):
             raise BenchError(
-                f"Redis database {self.number} is in use (key {REDIS_LOCK_KEY!r} is set by a "
+                f"Redis database {self.number} is in use (key {SESSION_LOCK_KEY!r} is set by a "
                 "test session or another benchmark); choose another with --broker"
             )
         self.clear()
@@ -96,15 +84,13 @@ class BrokerDb:
 
     def __exit__(self, *_: object) -> None:
         self.clear()
-        if not self.held_by_caller and self.client.get(REDIS_LOCK_KEY) == self._token.encode():
-            self.client.delete(REDIS_LOCK_KEY)
+        if not self.held_by_caller and self.client.get(SESSION_LOCK_KEY) == self._token.encode():
+            self.client.delete(SESSION_LOCK_KEY)
         self.client.close()
 
     def clear(self) -> None:
         """Delete every key of our database but the lock (queues, unacked messages)."""
-        for key in self.client.scan_iter(count=1000):
-            if key != REDIS_LOCK_KEY.encode():
-                self.client.delete(key)
+        flush_broker(self.url)
 
     def outstanding(self, queues: Sequence[str]) -> int:
         """Messages waiting in ``queues`` plus messages delivered and not yet acknowledged."""
@@ -179,41 +165,13 @@ def worker_env(
     broker: str, database: str, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The environment of a toolsafe or baseline worker (both read ``TOOLSAFE_*``)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLSAFE_")}
-    env.update(
-        {
-            "TOOLSAFE_BROKER_URL": broker,
-            "TOOLSAFE_DATABASE_URL": database,
-            "TOOLSAFE_ADAPTERS": "benchmarks.noop_adapter",
-            "PYTHONPATH": str(ROOT),
-        }
-    )
-    env.update(extra or {})
-    return env
-
-
-def _stat(pid: int | str) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def _cpu(fields: list[str]) -> float:
-    # utime and stime are the 12th and 13th fields after the command name.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(group: int) -> float:
-    """User + system CPU of the live processes of a process group (Linux /proc)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        fields = _stat(entry.name) if entry.name.isdigit() else None
-        if fields is not None and int(fields[2]) == group:
-            total += _cpu(fields)
-    return total
+    settings = {
+        "TOOLSAFE_BROKER_URL": broker,
+        "TOOLSAFE_DATABASE_URL": database,
+        "TOOLSAFE_ADAPTERS": "benchmarks.noop_adapter",
+        "PYTHONPATH": str(ROOT),
+    }
+    return harness.child_env({**settings, **(extra or {})})
 
 
 def backend_cpu_seconds(database: BenchDatabase) -> float:
@@ -224,45 +182,7 @@ def backend_cpu_seconds(database: BenchDatabase) -> float:
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (database.name,),
         ).fetchall()
-    total = 0.0
-    for (pid,) in rows:
-        fields = _stat(str(pid))
-        if fields is not None:
-            total += _cpu(fields)
-    return total
-
-
-@dataclass
-class Worker:
-    """A ``celery worker`` (or ``beat``) subprocess in a process group of its own."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-    started: float = field(default_factory=time.time)
-
-    def text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def wait_ready(self, timeout: float = 90.0, marker: str = " ready.") -> float:
-        """Seconds from start until the worker said it is ready."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if marker in self.text():
-                return time.time() - self.started
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise BenchError(f"{self.name} did not start:\n{self.text()[-3000:]}")
-
-    def cpu_seconds(self) -> float:
-        return _cpu_seconds(self.process.pid)
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker: the main process and its pool children."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
+    return sum(harness.cpu_seconds(int(str(pid))) for (pid,) in rows)
 
 
 def start_worker(
@@ -275,59 +195,34 @@ def start_worker(
     pool: str = "prefork",
     concurrency: int = 2,
     loglevel: str = "INFO",
-) -> Worker:
-    unique = f"{name}-{uuid.uuid4().hex[:6]}"
-    command = [
-        sys.executable, "-m", "celery", "-A", app, "worker", "-Q", ",".join(queues),
-        "-P", pool, "-c", str(concurrency), "-n", f"{unique}@%h", "--loglevel", loglevel,
-        "--without-mingle", "--without-gossip",
-    ]  # fmt: skip
-    return _spawn(command, env, directory, unique)
+) -> Process:
+    """A worker with a node name of its own; ``with worker:`` SIGKILLs it at the end."""
+    options = harness.WorkerOptions(
+        name=f"{name}-{uuid.uuid4().hex[:6]}",
+        app=app,
+        queues=queues,
+        pool=pool,
+        concurrency=concurrency,
+        loglevel=loglevel,
+        without=("mingle", "gossip"),
+    )
+    return harness.start_worker(options, env=env, directory=directory, cwd=ROOT)
 
 
-def start_beat(app: str, *, env: Mapping[str, str], directory: Path) -> Worker:
-    unique = f"beat-{uuid.uuid4().hex[:6]}"
-    schedule = directory / f"{unique}-schedule"
-    command = [
-        sys.executable, "-m", "celery", "-A", app, "beat", "-s", str(schedule),
-        "--loglevel", "INFO",
-    ]  # fmt: skip
-    return _spawn(command, env, directory, unique)
-
-
-def _spawn(command: list[str], env: Mapping[str, str], directory: Path, name: str) -> Worker:
-    log = directory / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=dict(env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return Worker(name, process, log)
-
-
-@contextlib.contextmanager
-def running(worker: Worker) -> Iterator[Worker]:
-    try:
-        yield worker
-    finally:
-        worker.kill()
+def start_beat(app: str, *, env: Mapping[str, str], directory: Path) -> Process:
+    name = f"beat-{uuid.uuid4().hex[:6]}"
+    return harness.start_beat(
+        env=env, directory=directory, schedule=directory / f"{name}-schedule", name=name,
+        app=app, cwd=ROOT,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------ measuring
 
 
-def wait_until(
-    check: Callable[[], bool], timeout: float, what: str, interval: float = 0.01
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+# How often the benchmarks poll a condition (``harness.wait_until``): a coarser interval
+# would add up to that much to every measured batch.
+POLL: Final = 0.01
 
 
 def load_average() -> str:
@@ -352,6 +247,6 @@ def header(title: str) -> None:
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
     try:
         return main(argv)
-    except BenchError as error:
+    except (BenchError, HarnessError) as error:
         sys.stderr.write(f"benchmark: error: {error}\n")
         return 2

@@ -23,6 +23,7 @@ from typing import Final
 
 from benchmarks import baseline
 from benchmarks.common import (
+    POLL,
     BenchDatabase,
     BenchError,
     BrokerDb,
@@ -30,14 +31,13 @@ from benchmarks.common import (
     header,
     load_average,
     run_main,
-    running,
     start_beat,
     start_worker,
-    wait_until,
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import QUEUES
+from toolsafe.harness import wait_until
 from toolsafe.recovery.states import TERMINAL
 from toolsafe.tasks.faults import fired, write_plan
 
@@ -113,18 +113,20 @@ def measure_toolsafe(
             "toolsafe", QUEUES, env=env, directory=tmp, name="doomed", pool=args.pool,
             concurrency=args.concurrency,
         )  # fmt: skip
-        with running(first):
+        with first:
             first.wait_ready()
             call_ms = DURING_CALL_MS if point == "during_call" else 1.0
             client.submit(TOOL, {"n": 0, "call_ms": call_ms}, operation_ref=ref)
-            wait_until(lambda: bool(fired(state_dir)), 60, f"the {point} fault to fire")
+            wait_until(
+                lambda: bool(fired(state_dir)), 60, f"the {point} fault to fire", interval=POLL
+            )
             killed_at = float(fired(state_dir)[0]["at"])
             # The fault killed the pool process; the rest of the worker dies with it.
         second = start_worker(
             "toolsafe", QUEUES, env=env, directory=tmp, name="rescuer", pool=args.pool,
             concurrency=args.concurrency,
         )  # fmt: skip
-        with running(second):
+        with second:
             second.wait_ready()
             ready_at = time.time()
             wait_until(
@@ -182,22 +184,25 @@ def measure_baseline(
             "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp, name="doomed-plain",
             pool=args.pool, concurrency=args.concurrency,
         )  # fmt: skip
-        with running(first):
+        with first:
             first.wait_ready()
             app.send_task(baseline.ROWS_TASK, args=(ref, DURING_CALL_MS))
             # Killed inside the call, after the INSERT committed: the write has happened.
-            wait_until(lambda: bool(rows()), 60, "the plain task to start")
+            wait_until(lambda: bool(rows()), 60, "the plain task to start", interval=POLL)
             time.sleep(KILL_DELAY)
             killed_at = time.time()
         second = start_worker(
             "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp, name="rescuer-plain",
             pool=args.pool, concurrency=args.concurrency,
         )  # fmt: skip
-        with running(second):
+        with second:
             second.wait_ready()
             ready_at = time.time()
             wait_until(
-                lambda: bool(rows("done")), args.lease * 4 + 90, "the redelivered plain task"
+                lambda: bool(rows("done")),
+                args.lease * 4 + 90,
+                "the redelivered plain task",
+                interval=POLL,
             )
     finally:
         app.close()
@@ -290,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The sweeper runs as its own service (docker-compose's beat), untouched by
             # the kill; it reads the fault-free settings of the same deployment.
             beat_env = worker_env(broker.url, database.url, toolsafe_env(args, tmp / "none"))
-            with running(start_beat("toolsafe", env=beat_env, directory=tmp)) as beat:
-                beat.wait_ready(marker="beat: Starting")
+            with start_beat("toolsafe", env=beat_env, directory=tmp) as beat:
+                beat.wait_ready()
                 for point in points:
                     run = measure_toolsafe(point, args, broker, database, tmp)
                     results[point].append(run)

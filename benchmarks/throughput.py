@@ -23,22 +23,21 @@ from celery import Celery
 
 from benchmarks import baseline
 from benchmarks.common import (
+    POLL,
     BenchDatabase,
     BenchError,
     BrokerDb,
-    Worker,
     add_service_options,
     backend_cpu_seconds,
     header,
     load_average,
     run_main,
-    running,
     start_worker,
-    wait_until,
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import EXECUTE_QUEUE, QUEUES
+from toolsafe.harness import Process, wait_until
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client
@@ -137,7 +136,10 @@ def _batch(
         before_wait()
         started = time.perf_counter()
     timeout = 60 + count * 0.1
-    wait_until(lambda: broker.outstanding(target.queues) == 0, timeout, "the queue to drain")
+    wait_until(
+        lambda: broker.outstanding(target.queues) == 0, timeout, "the queue to drain",
+        interval=POLL,
+    )  # fmt: skip
     finished = time.perf_counter()
     # The broker says every message was acknowledged; the database must agree.
     if target.mode != "noop":
@@ -156,7 +158,7 @@ def run_mode(
     broker.clear()
     env = worker_env(broker.url, database.url)
     target = Target(mode, env, args.call_ms)
-    worker: Worker = start_worker(
+    worker: Process = start_worker(
         target.app_name,
         target.queues,
         env=env,
@@ -167,7 +169,7 @@ def run_mode(
         loglevel=args.loglevel,
     )
     try:
-        with running(worker):
+        with worker:
             ready = worker.wait_ready()
             destination = [f"{worker.name}@{_hostname()}"]
             if args.warmup:

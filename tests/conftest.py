@@ -51,8 +51,9 @@ def redis_url() -> Iterator[str]:
     """URL of a Redis database number that no other test session holds."""
     import redis
 
+    from toolsafe.harness import SESSION_LOCK_KEY, flush_broker
+
     token = uuid.uuid4().hex
-    lock_key = "toolsafe-test-session-lock"
     try:
         probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
         probe.ping()
@@ -60,15 +61,13 @@ def redis_url() -> Iterator[str]:
         _missing("Redis", error)
     for db in range(1, 16):
         client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
-        if client.set(lock_key, token, nx=True, ex=3600):
-            keep = {lock_key.encode()}
-            for key in client.scan_iter():
-                if key not in keep:
-                    client.delete(key)
+        if client.set(SESSION_LOCK_KEY, token, nx=True, ex=3600):
+            url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+            flush_broker(url)  # what an earlier, killed session left behind
             try:
-                yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+                yield url
             finally:
-                if client.get(lock_key) == token.encode():
-                    client.delete(lock_key)
+                if client.get(SESSION_LOCK_KEY) == token.encode():
+                    client.delete(SESSION_LOCK_KEY)
             return
     pytest.fail("no free Redis database number (1-15) for this test session")

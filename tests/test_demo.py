@@ -17,6 +17,7 @@ import pytest
 from toolsafe.cli.main import build_parser
 from toolsafe.demo.report import Played, path_lines, render
 from toolsafe.demo.scenarios import ARTICLE, CRASH, Check, Result
+from toolsafe.harness import flush_broker
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import EventRecord
 
@@ -92,18 +93,12 @@ def demo_database(pg_url: str) -> Iterator[str]:
 @pytest.mark.redis
 @pytest.mark.postgres
 def test_demo_runs_on_redis_and_postgres(redis_url: str, demo_database: str) -> None:
-    import redis
-
     try:
         done = _run_demo("--broker", redis_url, "--database", demo_database)
     finally:
         # Beat kept publishing sweeps until the end: leave the session's Redis database
         # as the conftest handed it over (its lock key stays).
-        client = redis.Redis.from_url(redis_url)
-        for key in client.scan_iter():
-            if key != b"toolsafe-test-session-lock":
-                client.delete(key)
-        client.close()
+        flush_broker(redis_url)
     _assert_report(done)
     assert "broker    redis://" in done.stdout
     assert "store     postgresql" in done.stdout

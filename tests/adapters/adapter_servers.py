@@ -120,10 +120,3 @@ class ScriptedServer:
         finally:
             with contextlib.suppress(OSError):
                 client.close()
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

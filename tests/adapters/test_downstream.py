@@ -5,13 +5,11 @@ and the command line."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 
 from tests.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
 from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.harness import DownstreamProcess
 
 INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
 EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Invoice", "body": "hi"}
@@ -331,31 +330,13 @@ def test_stop_ends_a_stall_promptly() -> None:
 
 
 @pytest.mark.parametrize("naive", [False, True])
-def test_command_line_prints_its_url_and_stops_on_sigterm(naive: bool) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "toolsafe.adapters.examples.downstream",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [*args, *(["--naive"] if naive else [])], stdout=subprocess.PIPE, text=True, env=env
-    )
+def test_command_line_prints_its_url_and_stops_on_sigterm(naive: bool, tmp_path: Path) -> None:
+    service = DownstreamProcess(tmp_path, {**os.environ, "PYTHONUNBUFFERED": "1"}, naive=naive)
     try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
+        url = service.url
         assert url.startswith("http://127.0.0.1:")
         health = httpx.get(f"{url}/_control/health", timeout=5).json()
         assert health == {"ok": True, "naive": naive}
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=5) == 0
+        assert service.stop(grace=5) == 0  # SIGTERM
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=5)
-        if process.stdout is not None:
-            process.stdout.close()
+        service.process.kill()

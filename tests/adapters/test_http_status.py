@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.adapter_servers import Behaviour, Conn, ScriptedServer, free_port
+from tests.adapters.adapter_servers import Behaviour, Conn, ScriptedServer
 from tests.adapters.probe_adapters import (
     ProbeInput,
     ProbeRead,
@@ -21,6 +21,7 @@ from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, flagg
 from toolsafe.adapters.guard import call_adapter
 from toolsafe.adapters.http import HttpAdapter
 from toolsafe.adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.harness import free_port  # a port nothing listens on
 
 REF = "run_81/step_4"
 INPUT = {"name": "n", "amount": 3}

@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer, free_port
+from tests.adapters.adapter_servers import Conn, ScriptedServer
 from tests.adapters.probe_adapters import ProbeRead, ProbeWrite, ProbeWriteNoLookup, settings
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.guard import call_adapter
 from toolsafe.adapters.http import transport_failure
 from toolsafe.adapters.protocol import CallContext
+from toolsafe.harness import free_port  # a port nothing listens on
 
 REF = "run_81/step_4"
 INPUT = {"name": "n", "amount": 3}

@@ -12,12 +12,10 @@ import pytest
 
 from tests.private_postgres import private_postgres
 from toolsafe.cli.main import main
+from toolsafe.harness import SESSION_LOCK_KEY  # conftest's lock: a flush keeps it
 from toolsafe.tasks.faults import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
-
-# conftest's lock on the session's Redis db: a broker flush must leave it in place.
-REDIS_LOCK_KEY = "toolsafe-test-session-lock"
 
 
 @pytest.fixture
@@ -53,7 +51,7 @@ def test_chaos_run_keeps_the_invariant(
             "--bound", "150",
             "--workdir", str(tmp_path / "run"),
             "--report", str(report_path),
-            "--keep-key", REDIS_LOCK_KEY,
+            "--keep-key", SESSION_LOCK_KEY,
             *restart_options,
         ]
     )  # fmt: skip

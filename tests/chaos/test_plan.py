@@ -14,7 +14,7 @@ from toolsafe.chaos.plan import (
     scenarios,
     step_input,
 )
-from toolsafe.harness.processes import ChaosSetupError, check_broker, redis_db
+from toolsafe.harness import BrokerError, check_broker, redis_db
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.faults import POINTS
 
@@ -149,5 +149,13 @@ def test_the_broker_must_be_a_dedicated_redis_db() -> None:
     assert redis_db("redis://127.0.0.1:6379") == 0
     check_broker("redis://127.0.0.1:6379/9")
     for bad in ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379", "amqp://guest@x//"):
-        with pytest.raises(ChaosSetupError):
+        with pytest.raises(BrokerError):
             check_broker(bad)
+
+
+def test_toolsafe_chaos_refuses_db_0_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsafe.cli.main import main
+
+    database = "postgresql://postgres@127.0.0.1:1/never_touched"
+    assert main(["chaos", "--broker", "redis://127.0.0.1:6379/0", "--database", database]) == 2
+    assert "dedicated Redis db other than 0" in capsys.readouterr().err

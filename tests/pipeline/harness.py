@@ -7,11 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,10 +17,10 @@ from typing import Any
 from unittest import mock
 
 import psycopg
-import redis
 
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
+from toolsafe.harness import Process, WorkerOptions, flush_broker, start_worker, wait_until
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.states import StepState
 from toolsafe.settings import Settings
@@ -32,6 +28,7 @@ from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
+WORKER_STARTUP = 40.0  # seconds; two prefork workers on a loaded machine
 
 # Short enough that a lease expiry, a sweep and a verification take a few seconds.
 FAST_SETTINGS = {
@@ -108,36 +105,6 @@ class Webhook:
 
 
 @dataclass
-class Worker:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def wait_ready(self, timeout: float = 40.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if " ready." in self.text():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"worker {self.name} did not start:\n{self.text()[-3000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker: the main process and its pool children."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        """Tests need no graceful drain: a redelivered or lost hint is harmless (R1)."""
-        self.kill()
-
-
-@dataclass
 class Cluster:
     """Workers and a client that share one broker, database and downstream."""
 
@@ -145,7 +112,7 @@ class Cluster:
     directory: Path
     downstream: DownstreamService
     webhook: Webhook
-    workers: list[Worker] = field(default_factory=list)
+    workers: list[Process] = field(default_factory=list)
     _client: Client | None = None
 
     @property
@@ -172,41 +139,29 @@ class Cluster:
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
         via_cli: bool = False,
-    ) -> Worker:
+    ) -> Process:
         """A ``celery -A toolsafe worker`` (or ``toolsafe worker``) subprocess."""
         unique = f"{name}-{uuid.uuid4().hex[:6]}"
-        log = self.directory / f"{unique}.log"
-        if via_cli:
+        options = WorkerOptions(
+            name=unique,
             # `toolsafe worker` adds the queues itself.
-            command = [sys.executable, "-m", "toolsafe", "worker"]
-        else:
-            command = [sys.executable, "-m", "celery", "-A", "toolsafe", "worker"]
-            command += ["-Q", ",".join(QUEUES)]
-        command += [
-            "-P", pool, "-c", str(concurrency), "-n", f"{unique}@%h",
-            "--loglevel", "INFO", "--without-mingle",
-        ]  # fmt: skip
-        if beat:
-            command += ["-B", "-s", str(self.directory / f"{unique}-beat")]
+            app=None if via_cli else "toolsafe",
+            queues=() if via_cli else QUEUES,
+            pool=pool,
+            concurrency=concurrency,
+            beat_schedule=self.directory / f"{unique}-beat" if beat else None,
+        )
         env = {**os.environ, **self.env, **(extra_env or {})}
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = Worker(unique, process, log)
+        worker = start_worker(options, env=env, directory=self.directory, cwd=ROOT)
         self.workers.append(worker)
         if wait:
-            worker.wait_ready()
+            worker.wait_ready(WORKER_STARTUP)
         return worker
 
     def stop(self) -> None:
+        """Tests need no graceful drain: a redelivered or lost hint is harmless (R1)."""
         for worker in self.workers:
-            worker.stop()
+            worker.kill()
         self.workers.clear()
         if self._client is not None:
             self._client.close()
@@ -225,12 +180,8 @@ class Cluster:
         what: str = "condition",
         interval: float = 0.05,
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(interval)
-        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+        """Wait until ``check()``; a timeout fails the test with the workers' logs."""
+        wait_until(check, timeout, what, interval=interval, context=self.logs)
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.text()[-4000:]}" for w in self.workers)
@@ -242,21 +193,6 @@ class Cluster:
             if event.to_state is not None and (not path or path[-1] != event.to_state):
                 path.append(event.to_state)
         return path
-
-
-SESSION_LOCK_KEY = b"toolsafe-test-session-lock"
-
-
-def flush_broker(redis_url: str) -> None:
-    """Drop every queue and held message of the session's Redis database, as a Redis
-    restart without persistence would (keeping only the session's lock key)."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        for key in client.scan_iter():
-            if key != SESSION_LOCK_KEY:
-                client.delete(key)
-    finally:
-        client.close()
 
 
 @contextlib.contextmanager

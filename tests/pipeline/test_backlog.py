@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.harness import flush_broker
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.runtime import utcnow
 

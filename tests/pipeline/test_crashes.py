@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, flush_broker, new_ref
+from tests.pipeline.harness import Cluster, cluster_for, new_ref
 from tests.recovery.store_support import create_step
+from toolsafe.harness import flush_broker
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
 from toolsafe.tasks.faults import fired, write_plan

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import httpx
 import pytest
 
 from tests.pipeline.harness import ROOT, Cluster, cluster_for
+from toolsafe.harness import WaitTimeout, celery_command, free_port, spawn, start_beat, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -29,43 +27,37 @@ def cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster
         yield running
 
 
-def _free_port() -> int:
-    # Flower needs the port up front to be reachable; the OS picks a free one.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def test_flower_lists_the_running_worker(cluster: Cluster, pipeline_dir: Path) -> None:
-    port = _free_port()
-    log = pipeline_dir / "flower.log"
+    # Flower needs its port up front to be reachable; the OS picks a free one.
+    port = free_port()
     env = {**os.environ, **cluster.env, "FLOWER_UNAUTHENTICATED_API": "true"}
-    with log.open("wb") as out:
-        flower = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "toolsafe", "flower",
-             "--address=127.0.0.1", f"--port={port}", f"--db={pipeline_dir / 'flower.db'}"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    flower = spawn(
+        "flower",
+        celery_command("toolsafe", "flower", "--address=127.0.0.1", f"--port={port}",
+                       f"--db={pipeline_dir / 'flower.db'}"),
+        env=env, directory=pipeline_dir, cwd=ROOT,
+    )  # fmt: skip
     worker = cluster.workers[0].name
     seen: dict[str, object] = {}
+
+    def listed() -> bool:
+        nonlocal seen
+        assert flower.alive(), flower.text()
+        with contextlib.suppress(httpx.HTTPError):
+            answer = httpx.get(
+                f"http://127.0.0.1:{port}/api/workers", params={"refresh": "1"}, timeout=5
+            )
+            if answer.status_code == 200:
+                seen = answer.json()
+        return worker in " ".join(seen)
+
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and worker not in " ".join(seen):
-            assert flower.poll() is None, log.read_text(errors="replace")
-            with contextlib.suppress(httpx.HTTPError):
-                answer = httpx.get(
-                    f"http://127.0.0.1:{port}/api/workers", params={"refresh": "1"}, timeout=5
-                )
-                if answer.status_code == 200:
-                    seen = answer.json()
-            time.sleep(0.3)
+        with contextlib.suppress(WaitTimeout):  # the assertions below say what is missing
+            wait_until(listed, 30, "flower to list the worker", interval=0.3)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(flower.pid, signal.SIGTERM)
-        flower.wait(10)
+        flower.stop()
     names = list(seen)
-    assert any(name.startswith(worker) for name in names), (names, log.read_text())
+    assert any(name.startswith(worker) for name in names), (names, flower.text())
     info = next(value for name, value in seen.items() if name.startswith(worker))
     assert isinstance(info, dict)
     queues = {queue["name"] for queue in info.get("active_queues", [])}
@@ -73,14 +65,12 @@ def test_flower_lists_the_running_worker(cluster: Cluster, pipeline_dir: Path) -
 
 
 def test_toolsafe_beat_schedules_the_sweeper(cluster: Cluster, pipeline_dir: Path) -> None:
-    env = {**os.environ, **cluster.env}
-    log = pipeline_dir / "beat.log"
-    with log.open("wb") as out:
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "toolsafe", "beat", "-s", str(pipeline_dir / "beat-schedule"),
-             "--loglevel", "INFO"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    beat = start_beat(
+        env={**os.environ, **cluster.env},
+        directory=pipeline_dir,
+        schedule=pipeline_dir / "beat-schedule",
+        cwd=ROOT,
+    )
     worker = cluster.workers[0]
     try:
         cluster.wait_for(
@@ -89,10 +79,8 @@ def test_toolsafe_beat_schedules_the_sweeper(cluster: Cluster, pipeline_dir: Pat
             what="a sweep sent by beat and run by the worker",
         )
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(beat.pid, signal.SIGTERM)
-        beat.wait(10)
-    assert "Sending due task toolsafe-sweep" in log.read_text(errors="replace")
+        beat.stop()
+    assert "Sending due task toolsafe-sweep" in beat.text()
 
 
 def test_a_worker_with_a_missing_adapter_module_refuses_to_start(cluster: Cluster) -> None:

@@ -67,7 +67,13 @@ def chaos(args: argparse.Namespace) -> int:
     if config.size.db_restarts and not config.pg_restart_command:
         sys.stderr.write("toolsafe chaos: --db-restarts needs --pg-restart-command\n")
         return 2
-    report = run(config)
+    from toolsafe.harness import HarnessError
+
+    try:
+        report = run(config)
+    except HarnessError as error:  # a bad --broker, or a process that did not start
+        sys.stderr.write(f"toolsafe chaos: {error}\n")
+        return 2
     sys.stdout.write(f"command: {command_line(args)}\n")
     sys.stdout.write(report.text() + "\n")
     if args.report:

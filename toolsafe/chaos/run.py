@@ -4,6 +4,7 @@ then the invariant against the downstream's own record, and the article's counts
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -34,17 +35,19 @@ from toolsafe.chaos.plan import (
     scenarios,
     step_input,
 )
-from toolsafe.harness.processes import (
-    Downstream,
-    Proc,
-    Workers,
+from toolsafe.harness import (
+    DownstreamProcess,
+    Fleet,
+    Process,
+    WorkerOptions,
     check_broker,
+    child_env,
     flush_broker,
     free_port,
     kill_db_connections,
     restart_database,
     start_beat,
-    write_json,
+    start_worker,
 )
 from toolsafe.metrics.exporter import read_counts
 from toolsafe.recovery.counts import Counts, as_json, render
@@ -172,12 +175,11 @@ class ChaosReport:
         }
 
 
-def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
+def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
     """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
     sweeps so that a killed worker's step is verified within seconds."""
     t = config.timing
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLSAFE_")}
-    env.update(
+    return child_env(
         {
             "TOOLSAFE_BROKER_URL": config.broker,
             "TOOLSAFE_DATABASE_URL": config.database,
@@ -203,7 +205,6 @@ def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[s
             "TOOLSAFE_FAULT_STATE_DIR": str(workdir / "fired"),
         }
     )
-    return env
 
 
 class _Run:
@@ -218,11 +219,11 @@ class _Run:
         self.report = ChaosReport(
             config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
         )
-        self.engine = make_engine(config.database)
-        self.store: StorePort = StepStore(self.engine)
-        self.procs: list[Proc] = []
-        self.workers: Workers | None = None
-        self.downstream: Downstream | None = None
+        self.sql_store = StepStore(make_engine(config.database))
+        self.store: StorePort = self.sql_store
+        self.beat: Process | None = None
+        self.workers: Fleet | None = None
+        self.downstream: DownstreamProcess | None = None
         self.client: Any = None
         self.answered: set[tuple[str, str]] = set()
         self.metrics_port: int | None = None
@@ -246,25 +247,39 @@ class _Run:
         }
         faults.write_plan(self.workdir / "fault-plan.json", plan)
         flush_broker(config.broker, config.keep_keys)
-        self.downstream = Downstream(self.workdir, child_env(config, self.workdir, ""))
-        env = child_env(config, self.workdir, self.downstream.url)
-        extra: dict[int, dict[str, str]] = {}
+        self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
+        env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
             self.metrics_port = free_port()
-            extra[0] = {"TOOLSAFE_METRICS_PORT": str(self.metrics_port)}
-        self.workers = Workers(config.workers, env, self.workdir, self.prefix[6:-1], extra)
-        self.workers.start()
-        self.procs.append(start_beat(env, self.workdir))
+        self.workers = Fleet()
+        run_id = self.prefix[6:-1]
+        for number in range(config.workers):
+            # Solo pool: a SIGKILL at a fault point kills the whole worker.
+            options = WorkerOptions(
+                name=f"worker{number}",
+                node=f"chaos{number}-{run_id}",
+                pool="solo",
+                loglevel="WARNING",
+                without=("gossip", "mingle", "heartbeat"),
+            )
+            worker_env = dict(env)
+            if number == 0 and self.metrics_port is not None:
+                worker_env["TOOLSAFE_METRICS_PORT"] = str(self.metrics_port)
+            self.workers.add(start_worker(options, env=worker_env, directory=self.workdir))
+        self.beat = start_beat(
+            env=env, directory=self.workdir, schedule=self.workdir / "beat-schedule",
+            loglevel="WARNING",
+        )  # fmt: skip
         self.client = Client(create_app(Settings.from_env(env)))
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.stop()
+        if self.beat is not None:
+            self.beat.stop()
         if self.workers is not None:
             self.workers.stop()
         if self.downstream is not None:
             self.downstream.stop()
-        self.engine.dispose()
+        self.sql_store.engine.dispose()
 
     # -------------------------------------------------------------- the schedule
 
@@ -460,3 +475,10 @@ def run(config: ChaosConfig) -> ChaosReport:
         chaos.stop()
     write_json(workdir / "report.json", chaos.report.json())
     return chaos.report
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically: a reader never sees half a report."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(temporary, path)

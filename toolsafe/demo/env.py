@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.harness import Process, WorkerOptions, start_beat, start_worker, stop_all
 from toolsafe.recovery.db import migrate
 from toolsafe.settings import Settings
 from toolsafe.tasks.client import Client
@@ -41,43 +38,6 @@ DEMO_SETTINGS: Final = {
 STARTUP_TIMEOUT: Final = 30.0
 
 
-class DemoError(Exception):
-    """The demo's own machinery failed (not a scenario): a process did not start."""
-
-
-@dataclass
-class Process:
-    """A subprocess the demo started, with its log file."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log: TextIO
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Warm shutdown (SIGTERM), SIGKILL if it does not go."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
-        self.log.close()
-
-    def tail(self, lines: int = 20) -> str:
-        self.log.flush()
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-
 @dataclass
 class DemoEnv:
     """Everything the scenarios run against; ``close()`` stops what was started."""
@@ -96,39 +56,28 @@ class DemoEnv:
     def settings(self) -> Settings:
         return self.client.runtime.settings
 
-    def _spawn(self, name: str, argv: list[str]) -> Process:
-        log_path = self.folder / f"{name}.log"
-        log = log_path.open("w", encoding="utf-8")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "toolsafe", *argv],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.folder,
-        )
-        return Process(name, popen, log_path, log)
-
     def start_workers(self, count: int, beat: bool = False) -> list[Process]:
         """Real worker processes (solo pool: the process that runs a call is the one a
         SIGKILL hits), started together, and beat with them when asked; returns once all
-        are ready."""
+        are ready (``HarnessError`` if one is not)."""
         started = []
         if beat:
-            schedule = str(self.folder / "beat-schedule")
-            self.beat = self._spawn(
-                "beat", ["beat", "--", "--schedule", schedule, "--loglevel", "INFO"]
+            self.beat = start_beat(
+                env=self.env,
+                directory=self.folder,
+                schedule=self.folder / "beat-schedule",
+                cwd=self.folder,
             )
         for _ in range(count):
             self._counter += 1
-            name = f"worker{self._counter}"
-            argv = ["worker", "--", "--pool", "solo", "-n", f"{name}@%h", "--loglevel", "INFO"]
-            started.append(self._spawn(name, argv))
+            options = WorkerOptions(name=f"worker{self._counter}", pool="solo", without=())
+            worker = start_worker(options, env=self.env, directory=self.folder, cwd=self.folder)
+            started.append(worker)
         self.workers.extend(started)
         for process in started:
-            _wait_for_line(process, " ready.", STARTUP_TIMEOUT)
-        if beat and self.beat is not None:
-            _wait_for_line(self.beat, "beat: Starting", STARTUP_TIMEOUT)
+            process.wait_ready(STARTUP_TIMEOUT)
+        if self.beat is not None and beat:
+            self.beat.wait_ready(STARTUP_TIMEOUT)
         return started
 
     def start_worker(self) -> Process:
@@ -138,25 +87,8 @@ class DemoEnv:
         return [worker for worker in self.workers if worker.alive()]
 
     def close(self) -> None:
-        processes = [*self.workers, *([self.beat] if self.beat else [])]
-        for process in processes:  # signal all first: they shut down in parallel
-            if process.alive():
-                process.popen.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.stop()
+        stop_all([*self.workers, *([self.beat] if self.beat else [])])
         self.downstream.stop()
-
-
-def _wait_for_line(process: Process, needle: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        process.log.flush()
-        if needle in process.log_path.read_text(encoding="utf-8", errors="replace"):
-            return
-        if not process.alive():
-            raise DemoError(f"{process.name} exited early:\n{process.tail()}")
-        time.sleep(0.05)
-    raise DemoError(f"{process.name} was not ready after {timeout:g}s:\n{process.tail()}")
 
 
 def make_folder() -> Path:

@@ -4,7 +4,6 @@ nothing installed but the project (SQLite and Celery's file-system broker by def
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -86,7 +85,8 @@ class Watcher(threading.Thread):
 
 
 def run(args: argparse.Namespace) -> int:
-    from toolsafe.demo.env import DemoError, make_folder, open_env, remove_folder
+    from toolsafe.demo.env import make_folder, open_env, remove_folder
+    from toolsafe.harness import HarnessError
 
     if args.workers < 1:
         sys.stderr.write("toolsafe demo: --workers must be at least 1\n")
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         env = open_env(folder, args.broker, args.database, say)
         try:
             ok = _play_all(env, args.workers, say)
-        except DemoError as error:
+        except HarnessError as error:  # the demo's machinery, not a scenario, failed
             say(f"the demo could not run: {error}")
         finally:
             env.close()
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
 def _play_all(env: DemoEnv, workers: int, say: Progress) -> bool:
     from toolsafe.demo.report import Played, render
     from toolsafe.demo.scenarios import ARTICLE, CRASH, play
+    from toolsafe.harness import stop_all
 
     prefix = f"demo-{uuid.uuid4().hex[:6]}"
     started = env.start_workers(workers, beat=True)
@@ -136,11 +137,7 @@ def _play_all(env: DemoEnv, workers: int, say: Progress) -> bool:
             results = [future.result() for future in futures]
         # The crash scenario kills the worker that holds the write; it runs alone, on
         # one worker, so that the worker that verifies is visibly a new one.
-        extras = env.live_workers()[1:]
-        for extra in extras:
-            extra.popen.send_signal(signal.SIGTERM)  # all at once, then wait for each
-        for extra in extras:
-            extra.stop()
+        stop_all(env.live_workers()[1:])
         say("phase 2: crash recovery with one worker")
         name, title, scenario = CRASH
         ref = f"{prefix}/{name}"

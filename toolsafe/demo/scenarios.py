@@ -4,15 +4,13 @@ checks how the step ended against the downstream's own count of effects."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from toolsafe.demo.env import DemoEnv
+from toolsafe.harness import wait_until
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store import EventRecord, StepRecord
@@ -237,13 +235,10 @@ def crash_recovery(play: Play) -> None:
     play.submit("create_invoice", INVOICE)
     # Kill as soon as the downstream holds the write: well inside the adapter's timeout,
     # so the worker dies mid-call, before it could record anything.
-    deadline = time.monotonic() + WAIT
-    while play.effects() == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the downstream never received {play.ref}")
-        time.sleep(0.005)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.popen.wait(10)
+    wait_until(
+        lambda: play.effects() > 0, WAIT, f"the downstream to receive {play.ref}", interval=0.005
+    )
+    victim.kill()
     play.note(f"SIGKILL {victim.name} (pid {victim.pid}) while the downstream held the invoice")
     fresh = play.env.start_worker()
     play.note(f"started {fresh.name} (pid {fresh.pid})")
@@ -269,13 +264,14 @@ def _owned_by(event: EventRecord, pid: int) -> bool:
 
 
 def _until(play: Play, condition: Callable[[StepRecord], bool]) -> StepRecord:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        step = play.step()
-        if condition(step):
-            return step
-        time.sleep(0.05)
-    raise TimeoutError(f"{play.ref} did not reach the expected state in {WAIT:g}s")
+    seen: list[StepRecord] = []
+
+    def reached() -> bool:
+        seen[:] = [play.step()]
+        return condition(seen[0])
+
+    wait_until(reached, WAIT, f"{play.ref} to reach the expected state")
+    return seen[0]
 
 
 def _envelope(event: EventRecord) -> Mapping[str, Any]:

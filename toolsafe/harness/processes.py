@@ -1,318 +1,284 @@
-"""The chaos run's processes and infrastructure faults: the example downstream, real
-``celery worker`` processes restarted when they die, beat, broker flushes and
-PostgreSQL connection kills."""
+"""Child processes: each in a process group of its own with its output in a log file;
+start, wait until it says it is ready, stop (SIGTERM, then SIGKILL), SIGKILL, respawn,
+read its log; and a fleet of them that restarts the ones found dead."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
-from urllib.parse import urlsplit
+from types import TracebackType
 
-import httpx
-
-# Keys a Redis "flush" leaves alone (e.g. the test suite's lock on its db number).
-BROKER_KEEP_DEFAULT: tuple[str, ...] = ()
+from toolsafe.harness.errors import ProcessStartError
 
 
-class ChaosSetupError(RuntimeError):
-    """The chaos run cannot start: a bad option or a service that does not answer."""
+def child_env(settings: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A child's environment: ``base`` (default: this process's) without its ``TOOLSAFE_*``
+    variables, so that none leaks in from the caller's shell, then ``settings``."""
+    inherited = os.environ if base is None else base
+    env = {key: value for key, value in inherited.items() if not key.startswith("TOOLSAFE_")}
+    env.update(settings)
+    return env
 
 
-def redis_db(url: str) -> int:
-    """The db number of a ``redis://host:port/N`` URL (0 when absent)."""
-    path = urlsplit(url).path.strip("/")
-    return int(path) if path else 0
+class Process:
+    """One running child, started by the constructor (or ``spawn``).
 
+    The child leads a process group of its own, so ``kill()`` reaches a prefork worker's
+    pool children too and a Ctrl-C at the terminal reaches only the parent, which stops
+    its children itself. Output (stdout and stderr) is appended to ``log_path``;
+    ``text()`` returns what this child wrote, even when a respawned one shares the file.
+    """
 
-def check_broker(url: str) -> None:
-    """Only a dedicated Redis db other than 0: the run deletes its keys."""
-    if urlsplit(url).scheme not in ("redis", "rediss"):
-        raise ChaosSetupError(f"--broker must be a redis:// URL, got {urlsplit(url).scheme}://")
-    try:
-        number = redis_db(url)
-    except ValueError:
-        raise ChaosSetupError(f"--broker {url!r} names no db number") from None
-    if number == 0:
-        raise ChaosSetupError(
-            "--broker must name a dedicated Redis db other than 0 (e.g. redis://host:6379/9): "
-            "the chaos run deletes every key in it"
-        )
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        cwd: Path | None = None,
+        ready_marker: str | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = log_path
+        self.cwd = cwd
+        self.ready_marker = ready_marker
+        self._offset = log_path.stat().st_size if log_path.exists() else 0
+        with log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
+            self.popen = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.started = time.monotonic()
 
+    def __repr__(self) -> str:
+        return f"<Process {self.name} pid {self.pid} {'alive' if self.alive() else 'exited'}>"
 
-def flush_broker(url: str, keep: Sequence[str] = BROKER_KEEP_DEFAULT) -> int:
-    """Delete every key of the broker's db (queues, unacked messages, held ETAs) but
-    ``keep``: what a Redis restart without persistence does. Returns keys deleted."""
-    import redis
+    # ------------------------------------------------------------------ state
 
-    check_broker(url)
-    client = redis.Redis.from_url(url)
-    kept = {key.encode() for key in keep}
-    deleted = 0
-    try:
-        doomed = [key for key in client.scan_iter(count=1000) if key not in kept]
-        for start in range(0, len(doomed), 500):
-            deleted += int(client.delete(*doomed[start : start + 500]))
-    finally:
-        client.close()
-    return deleted
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
 
+    def alive(self) -> bool:
+        return self.popen.poll() is None
 
-def kill_db_connections(database_url: str) -> int:
-    """``pg_terminate_backend`` every other connection to the run's database."""
-    import psycopg
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child has exited (negative: killed by that signal)."""
+        return self.popen.poll()
 
-    from toolsafe.recovery.db import normalize_url
+    # ------------------------------------------------------------------ output
 
-    url = normalize_url(database_url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return sum(1 for (killed,) in rows if killed)
-
-
-def restart_database(command: str, database_url: str, timeout: float = 60.0) -> float:
-    """Restart the PostgreSQL server with ``command`` and wait until the run's database
-    answers again; returns the seconds it was away."""
-    import shlex
-
-    import psycopg
-
-    from toolsafe.recovery.db import normalize_url
-
-    url = normalize_url(database_url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    started = time.monotonic()
-    subprocess.run(shlex.split(command), check=True, timeout=timeout, capture_output=True)
-    while True:
+    def text(self) -> str:
+        """Everything this child has written so far."""
         try:
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return time.monotonic() - started
-        except psycopg.OperationalError:
-            if time.monotonic() - started > timeout:
-                raise
-            time.sleep(0.2)
+            with self.log_path.open("rb") as log:
+                log.seek(self._offset)
+                return log.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
 
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
 
-def free_port() -> int:
-    import socket
+    def wait_for_output(self, marker: str, timeout: float, interval: float = 0.02) -> str:
+        """The first line of output containing ``marker``, once it is written;
+        ``ProcessStartError`` (with the log's tail) if the child exits or ``timeout``
+        seconds pass first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            exited = not self.alive()  # read after the check: the last words count too
+            for line in self.text().splitlines():
+                if marker in line:
+                    return line
+            if exited:
+                raise ProcessStartError(
+                    f"{self.name} exited (code {self.returncode}) before it printed "
+                    f"{marker!r}:\n{self.tail()}"
+                )
+            if time.monotonic() >= deadline:
+                raise ProcessStartError(
+                    f"{self.name} did not print {marker!r} within {timeout:g}s:\n{self.tail()}"
+                )
+            time.sleep(interval)
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    def wait_ready(self, timeout: float = 90.0) -> float:
+        """Wait for the child's ready marker; the seconds from its start until then."""
+        if self.ready_marker is None:
+            raise ValueError(f"{self.name} has no ready marker to wait for")
+        self.wait_for_output(self.ready_marker, timeout)
+        return time.monotonic() - self.started
 
+    # ------------------------------------------------------------------ ending
 
-@dataclass
-class Proc:
-    """One child process with its output in a log file."""
+    def terminate(self) -> None:
+        """Ask for a warm shutdown (SIGTERM to the main process); returns at once."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
 
-    name: str
-    argv: list[str]
-    env: Mapping[str, str]
-    log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = None
+    def stop(self, grace: float = 10.0) -> int:
+        """Warm shutdown; SIGKILL the whole group if it has not exited after ``grace``
+        seconds. Returns the exit code."""
+        self.terminate()
+        try:
+            return self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.popen.wait()
 
-    def start(self) -> None:
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(
+    def kill(self) -> None:
+        """SIGKILL the whole group (the main process and a prefork pool's children) and
+        reap the main process."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(30)
+
+    def respawn(self) -> Process:
+        """A fresh child with the same command, environment and log (appended to)."""
+        return Process(
+            self.name,
             self.argv,
-            env=dict(self.env),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            env=self.env,
+            log_path=self.log_path,
+            cwd=self.cwd,
+            ready_marker=self.ready_marker,
         )
 
-    def poll(self) -> int | None:
-        return None if self.popen is None else self.popen.poll()
+    def __enter__(self) -> Process:
+        return self
 
-    def stop(self, grace: float = 10.0) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        """Leaving a ``with`` block SIGKILLs the child: tests and benchmarks need no
+        graceful drain, a redelivered or lost hint being harmless (R1)."""
+        self.kill()
+
+    # ------------------------------------------------------------------ measuring
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the live processes of the child's group (Linux /proc)."""
+        return group_cpu_seconds(self.pid)
 
 
-@dataclass
-class Workers:
-    """N real ``celery worker`` processes (solo pool: a SIGKILL at a fault point kills
-    the whole worker), each restarted as soon as it is found dead."""
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    directory: Path,
+    cwd: Path | None = None,
+    ready_marker: str | None = None,
+) -> Process:
+    """Start ``argv`` as ``name``, its output in ``directory/<name>.log``."""
+    return Process(
+        name,
+        argv,
+        env=env,
+        log_path=directory / f"{name}.log",
+        cwd=cwd,
+        ready_marker=ready_marker,
+    )
 
-    count: int
-    env: Mapping[str, str]
-    workdir: Path
-    run: str
-    extra_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
-    procs: list[Proc] = field(default_factory=list)
-    exits: list[int] = field(default_factory=list)  # return codes of dead workers
 
-    def _proc(self, number: int) -> Proc:
-        argv = [
-            sys.executable,
-            "-m",
-            "toolsafe.cli.main",
-            "worker",
-            "--",
-            "-P",
-            "solo",
-            "-n",
-            f"chaos{number}-{self.run}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "WARNING",
-        ]
-        env = {**self.env, **self.extra_env.get(number, {})}
-        return Proc(f"worker{number}", argv, env, self.workdir / f"worker{number}.log")
+def stop_all(processes: Iterable[Process], grace: float = 10.0) -> None:
+    """Warm shutdown of several children at once: all are signalled first, so they shut
+    down in parallel; those still alive after ``grace`` seconds are SIGKILLed."""
+    children = list(processes)
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        try:
+            child.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
 
-    def start(self) -> None:
-        for number in range(self.count):
-            proc = self._proc(number)
-            proc.start()
-            self.procs.append(proc)
+
+class Fleet:
+    """The children of one run, with the exit codes of the ones that died; the chaos run
+    keeps its workers alive with ``restart_dead``."""
+
+    def __init__(self) -> None:
+        self.processes: list[Process] = []
+        self.exits: list[int] = []
+
+    def add(self, process: Process) -> Process:
+        self.processes.append(process)
+        return process
+
+    def live(self) -> list[Process]:
+        return [process for process in self.processes if process.alive()]
 
     def restart_dead(self) -> int:
-        """Restart every worker that exited; returns how many were restarted."""
+        """Respawn (in place) every child that exited; returns how many."""
         restarted = 0
-        for number, proc in enumerate(self.procs):
-            code = proc.poll()
+        for index, process in enumerate(self.processes):
+            code = process.returncode
             if code is None:
                 continue
             self.exits.append(code)
-            proc.stop()
-            fresh = self._proc(number)
-            fresh.start()
-            self.procs[number] = fresh
+            self.processes[index] = process.respawn()
             restarted += 1
         return restarted
 
     def killed(self) -> int:
+        """How many of the recorded exits were SIGKILLs."""
         return sum(1 for code in self.exits if code == -signal.SIGKILL)
 
-    def stop(self) -> None:
-        threads = [threading.Thread(target=proc.stop) for proc in self.procs]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    def stop(self, grace: float = 10.0) -> None:
+        stop_all(self.processes, grace)
+
+    def kill(self) -> None:
+        for process in self.processes:
+            process.kill()
 
 
-def start_beat(env: Mapping[str, str], workdir: Path) -> Proc:
-    argv = [
-        sys.executable,
-        "-m",
-        "toolsafe.cli.main",
-        "beat",
-        "--",
-        "-s",
-        str(workdir / "beat-schedule"),
-        "-l",
-        "WARNING",
-    ]
-    proc = Proc("beat", argv, env, workdir / "beat.log")
-    proc.start()
-    return proc
+# ---------------------------------------------------------------------- CPU (Linux)
 
 
-class Downstream:
-    """The example downstream service in naive mode, as a child process."""
-
-    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "toolsafe.adapters.examples.downstream",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--naive",
-        ]
-        self.errors = open(workdir / "downstream.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(
-            argv,
-            env=dict(env),
-            stdout=subprocess.PIPE,
-            stderr=self.errors,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.url = self._read_url(timeout=20.0)
-        self.http = httpx.Client(base_url=self.url, timeout=10.0)
-
-    def _read_url(self, timeout: float) -> str:
-        assert self.popen.stdout is not None
-        found: list[str] = []
-        reader = threading.Thread(
-            target=lambda: found.append(self.popen.stdout.readline().decode().strip()),  # type: ignore[union-attr]
-            daemon=True,
-        )
-        reader.start()
-        reader.join(timeout)
-        if not found or not found[0].startswith("http"):
-            self.stop()
-            raise ChaosSetupError("the example downstream service did not start")
-        return found[0]
-
-    def add_fault(self, operation_ref: str, fault: Mapping[str, Any]) -> None:
-        reply = self.http.post("/_control/faults", json={**fault, "operation_ref": operation_ref})
-        if reply.status_code != 201:
-            raise ChaosSetupError(f"the downstream refused a fault: {reply.text[:200]}")
-
-    def effects(self) -> dict[str, int]:
-        reply = self.http.get("/_control/effects")
-        reply.raise_for_status()
-        data: dict[str, int] = reply.json()
-        return data
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            if hasattr(self, "http"):
-                self.http.close()
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
-        if self.popen.stdout is not None:
-            self.popen.stdout.close()
-        self.errors.close()
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
 
 
-def write_json(path: Path, data: Any) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(temporary, path)
+def _cpu(fields: list[str]) -> float:
+    # utime and stime are the 12th and 13th fields after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_until(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 when it is gone)."""
+    fields = _stat(pid)
+    return _cpu(fields) if fields is not None else 0.0
+
+
+def group_cpu_seconds(group: int) -> float:
+    """User + system CPU of the live processes of a process group."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields is not None and int(fields[2]) == group:
+            total += _cpu(fields)
+    return total
