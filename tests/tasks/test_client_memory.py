@@ -152,7 +152,7 @@ def test_provide_input_refusals_write_and_send_nothing(world: World) -> None:
     assert raised.value.code == "IDENTICAL_INPUT"
     with pytest.raises(TransitionRefused) as raised:
         world.client.provide_input(REF, {**INPUT, "recipient_email": 5})
-    assert raised.value.code == "INVALID_INPUT"
+    assert raised.value.code == "CORRECTED_INPUT_INVALID"
     assert world.store.get(REF) == stored and world.events() == events
     assert world.hints.take() == []
     with pytest.raises(StepNotFound):
@@ -204,7 +204,7 @@ def test_resolve_closes_an_escalated_step_with_a_reason(world: World) -> None:
     world.client.submit(TOOL, INPUT, operation_ref=REF)
     assert world.worker_runs(conflict) == "escalate"
     world.hints.take()
-    for target, code in ((S.PENDING, "BAD_RESOLUTION"), ("verifying", "BAD_RESOLUTION")):
+    for target, code in ((S.PENDING, "INVALID_RESOLUTION"), ("verifying", "INVALID_RESOLUTION")):
         with pytest.raises(TransitionRefused) as raised:
             world.client.resolve(REF, target, operator="oncall", reason="checked")
         assert raised.value.code == code
