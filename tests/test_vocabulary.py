@@ -46,6 +46,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "PYTHONUNBUFFERED": "Python's own environment variable",
     "FAIL": "a word of the demo's printed report",
     "REPORT": "a heading of the demo's printed report",
+    "SC_CLK_TCK": "a name os.sysconf knows (clock ticks per second)",
 }
 """Upper-case strings of the package that are no code, and what they are."""
 

@@ -53,7 +53,7 @@ from toolsafe.recovery.rows import (
     verification_refusal,
     verified_success,
 )
-from toolsafe.recovery.states import LABELS, WORK_STATES, StepState
+from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
 from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
 from toolsafe.recovery.store.sql import Change
 from toolsafe.recovery.store.steps import (
@@ -70,7 +70,6 @@ from toolsafe.recovery.store.tables import Tables, counted_detail, document, utc
 __all__ = ["MemoryStore"]
 
 S = StepState
-LEASED: Final = frozenset({S.IN_FLIGHT, S.VERIFYING})
 
 
 class MemoryStore:
