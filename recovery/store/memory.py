@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.protocol import LookupFound

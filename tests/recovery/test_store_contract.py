@@ -683,7 +683,7 @@ def test_provide_input_refusals(store: StorePort) -> None:
     assert unchanged(store, REF, send(same)).code == "IDENTICAL_INPUT"
     assert unchanged(store, REF, send({**data, "amount": 5})).code == "FLAGGED_FIELD_UNCHANGED"
     fixed = {**data, "recipient_email": "x"}
-    assert unchanged(store, REF, send(fixed, invalid)).code == "INVALID_INPUT"
+    assert unchanged(store, REF, send(fixed, invalid)).code == "CORRECTED_INPUT_INVALID"
     submit(store, "fresh")
     assert unchanged(store, "fresh", send({"a": 1}, ref="fresh")).code == "NOT_NEEDS_INPUT"
     with pytest.raises(StepNotFound):
