@@ -114,12 +114,14 @@ def test_config_follows_the_durability_rules() -> None:
 
 
 def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
-    # Passes the Settings check (execute limit) but not the sweeper's longer limit.
-    settings = Settings(
-        task_time_limit=2, task_soft_time_limit=1, lease=3, max_eta=1, visibility_timeout=8
-    )
+    # Above the execute limit but not the sweeper's longer one: the one visibility rule
+    # (in Settings) counts every task's limit, so these settings cannot even be built.
     with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
-        celeryconfig.build_config(settings)
+        celeryconfig.build_config(
+            Settings(
+                task_time_limit=2, task_soft_time_limit=1, lease=3, max_eta=1, visibility_timeout=8
+            )
+        )
 
 
 def test_two_apps_with_their_own_settings_in_one_process() -> None:

@@ -5,7 +5,6 @@ then the invariant against the downstream's own record, and the article's counts
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import tempfile
@@ -53,6 +52,7 @@ from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
+from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
@@ -182,8 +182,7 @@ def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[s
     """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
     sweeps so that a killed worker's step is verified within seconds."""
     t = config.timing
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLSAFE_")}
-    env.update(
+    return child_environ(
         {
             "TOOLSAFE_BROKER_URL": config.broker,
             "TOOLSAFE_DATABASE_URL": config.database,
@@ -209,7 +208,6 @@ def child_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[s
             "TOOLSAFE_FAULT_STATE_DIR": str(workdir / "fired"),
         }
     )
-    return env
 
 
 class _Run:
