@@ -69,7 +69,7 @@ def read_model(
     module: str,
     prefix: str,
     model: type[BaseModel],
-    environ: Mapping[str, str],
+    variables: Mapping[str, str],
     taken: set[str],
 ) -> BaseModel:
     """``model`` from ``TOOLSAFE_<prefix>_<FIELD>`` (unset fields keep their defaults)."""
@@ -82,7 +82,7 @@ def read_model(
                 f"adapter module {module!r} reads {variable}, a toolsafe setting: its "
                 "ADAPTER_SETTINGS need another prefix",
             )
-        raw = environ.get(variable, "").strip()
+        raw = variables.get(variable, "").strip()
         if raw:
             values[field_name] = raw
     try:
