@@ -17,8 +17,13 @@ from typing import Final
 
 from pydantic import BaseModel
 
-from toolsafe.adapters.errors import AdapterLoadError
-from toolsafe.adapters.registry import AdapterSettings, declared_settings, import_adapter_module
+from toolsafe.adapters.errors import AdapterLoadError, ToolsafeError
+from toolsafe.adapters.registry import (
+    AdapterSettings,
+    Registry,
+    declared_settings,
+    import_adapter_module,
+)
 from toolsafe.recovery.policy import KNOBS, Policy, PolicyError, knobs_of, policy_from_knobs
 from toolsafe.settings_parse import (
     DEFAULT_BROKER_URL,
@@ -306,11 +311,21 @@ def check_visibility(settings: Settings) -> None:
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """What every process does at start: read the settings, import the adapter modules
-    and read their settings, and resolve the escalation handlers; the first bad value
+    """What every process does at start: read the settings, import the adapter modules,
+    read their settings and register them once on a trial registry, and resolve the
+    escalation handlers; the first bad value
     raises :class:`SettingsError` naming its variable and the form it needs."""
     settings = Settings.from_env(environ)
-    settings.adapter_settings()
+    try:
+        # A trial registration: two modules with the same tool, or a register() that
+        # refuses its settings, stop the process here rather than in a Celery signal.
+        Registry().load_modules(settings.adapter_modules, settings.adapter_settings())
+    except ToolsafeError as error:
+        if isinstance(error, SettingsError):
+            raise
+        raise SettingsError(
+            "TOOLSAFE_ADAPTERS", f"must name adapter modules that register: {error}"
+        ) from error
     for path in settings.escalation_handlers:
         import_object(path, "TOOLSAFE_ESCALATION_HANDLERS")
     return settings
