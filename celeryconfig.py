@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from kombu.entity import Queue
 
-from toolsafe.settings import Settings, SettingsError
+from toolsafe.settings import Settings, filesystem_folder
 
 EXECUTE_QUEUE: Final = "toolsafe.execute"
 VERIFY_QUEUE: Final = "toolsafe.verify"
@@ -32,44 +32,24 @@ ROUTES: Final = {
 
 
 def task_limits(settings: Settings) -> dict[str, tuple[float, float]]:
-    """(soft, hard) time limit of every task, in seconds."""
-    call = (settings.task_soft_time_limit, settings.task_time_limit)
-    notify = settings.escalation_webhook_timeout * 2 + 5
-    sweep = max(settings.sweep_interval * 4, 30.0)
+    """(soft, hard) time limit of every task, in seconds (``Settings.time_limits``; the
+    visibility timeout rule of the settings is checked against the same numbers)."""
+    limits = settings.time_limits()
     return {
-        EXECUTE_TASK: call,
-        VERIFY_TASK: call,
-        ESCALATE_TASK: (notify, notify + 5),
-        SWEEP_TASK: (sweep, sweep + 5),
+        EXECUTE_TASK: limits["call"],
+        VERIFY_TASK: limits["call"],
+        ESCALATE_TASK: limits["notify"],
+        SWEEP_TASK: limits["sweep"],
     }
-
-
-def check_visibility(settings: Settings) -> None:
-    """The broker must not redeliver a message that a worker holds on purpose: every
-    hard time limit and every ETA we publish stays well under ``visibility_timeout``."""
-    longest_limit = max(hard for _, hard in task_limits(settings).values())
-    needed = 2 * (settings.max_eta + settings.eta_jitter + longest_limit)
-    if settings.visibility_timeout < needed:
-        raise SettingsError(
-            "TOOLSAFE_VISIBILITY_TIMEOUT",
-            f"must be at least {needed:g}s (twice the longest ETA plus the longest task "
-            f"time limit), got {settings.visibility_timeout:g}s",
-        )
 
 
 def filesystem_transport_options(broker_url: str) -> dict[str, Any]:
     """Folders for Celery's file-system transport, the broker of the embedded demo:
     ``filesystem:///tmp/demo/broker`` keeps queues under that folder, and every process
     given the same URL shares them (no server needed). Other URLs need nothing."""
-    prefix = "filesystem://"
-    if not broker_url.startswith(prefix):
+    folder = filesystem_folder(broker_url)
+    if folder is None:
         return {}
-    folder = broker_url[len(prefix) :].rstrip("/")
-    if not folder.startswith("/"):
-        raise SettingsError(
-            "TOOLSAFE_BROKER_URL",
-            "a filesystem:// broker needs an absolute folder, e.g. filesystem:///tmp/broker",
-        )
     queue = f"{folder}/queue"
     return {
         "data_folder_in": queue,
@@ -83,8 +63,8 @@ def filesystem_transport_options(broker_url: str) -> dict[str, Any]:
 
 
 def build_config(settings: Settings) -> dict[str, Any]:
-    """The Celery settings for one app; raises ``SettingsError`` on an unsafe combination."""
-    check_visibility(settings)
+    """The Celery settings for one app (``Settings`` refused unsafe combinations already,
+    the visibility timeout rule among them)."""
     transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
     transport.update(filesystem_transport_options(settings.broker_url))
     fs_broker = settings.broker_url.startswith("filesystem://")

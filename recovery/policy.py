@@ -1,9 +1,43 @@
-"""Policies: plain values the decision function reads (per tool, defaults in settings)."""
+"""Policies: plain values the decision function reads, with their defaults and their
+checks (the one home of both; ``toolsafe.settings`` reads the knobs from the environment)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Final
+
+# The flat names of the policy's values (``TOOLSAFE_<KNOB>`` and the keys of
+# ``TOOLSAFE_TOOL_POLICIES``), in the order the documentation lists them.
+KNOBS: Final = (
+    "max_attempts",
+    "retry_base_delay",
+    "retry_max_delay",
+    "longest_wait",
+    "verify_base_delay",
+    "verify_max_delay",
+    "max_lookups_unavailable",
+    "loop_guard",
+)
+
+
+class PolicyError(ValueError):
+    """A policy value out of range; ``knob`` is its flat name (one of ``KNOBS``)."""
+
+    def __init__(self, knob: str, where: str, problem: str) -> None:
+        super().__init__(knob, where, problem)
+        self.knob = knob
+        self.where = where
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.where} {self.problem}"
+
+
+def _check(ok: bool, knob: str, where: str, problem: str) -> None:
+    if not ok:
+        raise PolicyError(knob, where, problem)
 
 
 @dataclass(frozen=True)
@@ -17,10 +51,25 @@ class RetryPolicy:
     longest_wait: timedelta = timedelta(hours=24)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.base_delay < timedelta(0) or self.max_delay < self.base_delay:
-            raise ValueError("need 0 <= base_delay <= max_delay")
+        _check(self.max_attempts >= 1, "max_attempts", "max_attempts", "must be at least 1")
+        _check(
+            self.base_delay >= timedelta(0),
+            "retry_base_delay",
+            "retry base_delay",
+            "must not be negative",
+        )
+        _check(
+            self.max_delay >= self.base_delay,
+            "retry_max_delay",
+            "retry max_delay",
+            "must be at least the retry base_delay",
+        )
+        _check(
+            self.longest_wait > timedelta(0),
+            "longest_wait",
+            "longest_wait",
+            "must be greater than 0",
+        )
 
 
 @dataclass(frozen=True)
@@ -34,10 +83,24 @@ class VerificationPolicy:
     max_unavailable: int = 5
 
     def __post_init__(self) -> None:
-        if self.max_unavailable < 1:
-            raise ValueError("max_unavailable must be at least 1")
-        if self.base_delay < timedelta(0) or self.max_delay < self.base_delay:
-            raise ValueError("need 0 <= base_delay <= max_delay")
+        _check(
+            self.max_unavailable >= 1,
+            "max_lookups_unavailable",
+            "verification max_unavailable",
+            "must be at least 1",
+        )
+        _check(
+            self.base_delay >= timedelta(0),
+            "verify_base_delay",
+            "verification base_delay",
+            "must not be negative",
+        )
+        _check(
+            self.max_delay >= self.base_delay,
+            "verify_max_delay",
+            "verification max_delay",
+            "must be at least the verification base_delay",
+        )
 
 
 @dataclass(frozen=True)
@@ -59,5 +122,53 @@ class Policy:
     loop_guard: int = 3
 
     def __post_init__(self) -> None:
-        if self.loop_guard < 1:
-            raise ValueError("loop_guard must be at least 1")
+        _check(self.loop_guard >= 1, "loop_guard", "loop_guard", "must be at least 1")
+
+
+# Knobs that count (whole numbers); the others are seconds.
+WHOLE_KNOBS: Final = frozenset({"max_attempts", "max_lookups_unavailable", "loop_guard"})
+
+
+def knobs_of(policy: Policy) -> dict[str, float]:
+    """The policy as flat values in seconds and counts, keyed by ``KNOBS``."""
+    retry, verification = policy.retry, policy.verification
+    return {
+        "max_attempts": retry.max_attempts,
+        "retry_base_delay": retry.base_delay.total_seconds(),
+        "retry_max_delay": retry.max_delay.total_seconds(),
+        "longest_wait": retry.longest_wait.total_seconds(),
+        "verify_base_delay": verification.base_delay.total_seconds(),
+        "verify_max_delay": verification.max_delay.total_seconds(),
+        "max_lookups_unavailable": verification.max_unavailable,
+        "loop_guard": policy.loop_guard,
+    }
+
+
+def policy_from_knobs(knobs: Mapping[str, float]) -> Policy:
+    """A policy from flat values (``KNOBS``; a missing one keeps its default); raises
+    :class:`PolicyError` naming the knob of a value out of range."""
+    unknown = sorted(set(knobs) - set(KNOBS))
+    if unknown:
+        raise ValueError(f"unknown policy knobs {', '.join(unknown)}; known: {', '.join(KNOBS)}")
+    values = {**knobs_of(Policy()), **knobs}
+    return Policy(
+        retry=RetryPolicy(
+            max_attempts=int(values["max_attempts"]),
+            base_delay=_seconds(values, "retry_base_delay"),
+            max_delay=_seconds(values, "retry_max_delay"),
+            longest_wait=_seconds(values, "longest_wait"),
+        ),
+        verification=VerificationPolicy(
+            base_delay=_seconds(values, "verify_base_delay"),
+            max_delay=_seconds(values, "verify_max_delay"),
+            max_unavailable=int(values["max_lookups_unavailable"]),
+        ),
+        loop_guard=int(values["loop_guard"]),
+    )
+
+
+def _seconds(values: Mapping[str, float], knob: str) -> timedelta:
+    try:
+        return timedelta(seconds=values[knob])
+    except OverflowError:
+        raise PolicyError(knob, knob, "is too large") from None

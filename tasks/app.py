@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -166,8 +167,11 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
             app.runtime.registry  # noqa: B018 - loading is the check
             app.escalation_handlers()
         except ToolsafeError as error:
-            # Celery logs and swallows a receiver's Exception; SystemExit stops the worker.
-            raise SystemExit(f"toolsafe: cannot start the worker: {error}") from error
+            # Celery logs and swallows a receiver's Exception; SystemExit stops the worker,
+            # with the exit code of bad settings.
+            sys.stderr.write(f"toolsafe: cannot start the worker: {error}\n")
+            sys.stderr.flush()
+            raise SystemExit(2) from error
 
     worker_init.connect(check_before_start, weak=False, dispatch_uid=f"toolsafe-check-{id(app)}")
     return app
@@ -177,13 +181,14 @@ _default: ToolsafeApp | None = None
 _default_lock = threading.Lock()
 
 
-def default_app() -> ToolsafeApp:
-    """The process's app built from the environment, on first use (the client's default;
-    ``toolsafe.worker.default_app`` adds the operator exporter for workers)."""
+def default_app(settings: Settings | None = None) -> ToolsafeApp:
+    """The process's app, built on first use from ``settings`` (the ones an entry point
+    loaded at start) or else from the environment; later calls return the same app. The
+    client's default; ``toolsafe.worker.default_app`` adds the operator exporter."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = create_app()
+            _default = create_app(settings)
             _default.set_current()
         return _default
 

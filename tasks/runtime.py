@@ -63,7 +63,9 @@ class Runtime:
         with self._lock:
             if self._registry is None:
                 registry = Registry()
-                registry.load_modules(self.settings.adapter_modules)
+                registry.load_modules(
+                    self.settings.adapter_modules, self.settings.adapter_settings()
+                )
                 self._registry = registry
             return self._registry
 

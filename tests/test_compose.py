@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from toolsafe.cli.main import build_parser
-from toolsafe.settings import Settings
+from toolsafe.settings import Settings, known_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -110,43 +110,11 @@ def _environment(service: Mapping[str, Any]) -> dict[str, str]:
     return {str(key): str(value) for key, value in env.items()}
 
 
-class RecordingEnv(Mapping[str, str]):
-    """An environment that remembers every variable the code asked for by name."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        self._known = dict(values)
-        self.asked: set[str] = set()
-
-    def __getitem__(self, key: str) -> str:
-        self.asked.add(key)
-        return self._known[key]
-
-    def __contains__(self, key: object) -> bool:
-        if isinstance(key, str):
-            self.asked.add(key)
-        return key in self._known
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._known)
-
-    def __len__(self) -> int:
-        return len(self._known)
-
-    def copy(self) -> dict[str, str]:
-        return dict(self._known)
-
-
-def variables_toolsafe_reads(env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """Ask the code which ``TOOLSAFE_*`` variables it reads: the settings, and the adapter
-    modules those settings load (the example adapters read their downstream's URL)."""
-    from toolsafe.adapters.registry import Registry
-
-    recorder = RecordingEnv({**os.environ, **env})
-    settings = Settings.from_env(recorder)
-    with monkeypatch.context() as patch:
-        patch.setattr(os, "environ", recorder)
-        Registry().load_modules(settings.adapter_modules)
-    return {name for name in recorder.asked if name.startswith("TOOLSAFE_")}
+def variables_toolsafe_reads(env: Mapping[str, str], _: pytest.MonkeyPatch) -> set[str]:
+    """Ask the settings which ``TOOLSAFE_*`` variables toolsafe reads: its own, and those
+    of the adapter modules ``env`` names (the example adapters read their downstream's URL).
+    """
+    return set(known_variables({**os.environ, **env}))
 
 
 # ----------------------------------------------------------------------------- commands

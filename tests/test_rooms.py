@@ -1,52 +1,246 @@
-"""The three rooms keep their arrows one way: tasks → recovery → adapters.
-
-`adapters` and `recovery` never import Celery; `adapters` never imports the database
-layer or `recovery`/`tasks`. Checked statically over every module's imports.
+"""Arrows point down only: surface and operator rooms → tasks → settings → recovery →
+adapters, checked statically over every module's imports (relative ones resolved), in
+the real folders the ``toolsafe`` package links in. And only the settings room reads the
+environment.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "toolsafe"
 
-FORBIDDEN = {
-    "adapters": (
-        "celery",
-        "kombu",
-        "billiard",
-        "sqlalchemy",
-        "alembic",
-        "psycopg",
-        "recovery",
-        "tasks",
-    ),
-    "recovery": ("celery", "kombu", "billiard", "tasks", "httpx"),
-}
+CELERY = ("celery", "kombu", "billiard")
+DATABASE = ("sqlalchemy", "alembic", "psycopg")
+# The rooms above tasks/ (operator tools and the agent-facing surface), present or to come.
+SURFACE = tuple(
+    f"toolsafe.{room}"
+    for room in (
+        "cli", "demo", "chaos", "harness", "metrics", "worker", "reference", "gateway",
+        "mcp", "ui", "integrations", "conformance",
+    )
+)  # fmt: skip
+# Names a toolsafe module must never import bare: a user's own tasks.py or
+# celeryconfig.py would be found in toolsafe's place.
+BARE = ("tasks", "adapters", "recovery", "celeryconfig", "settings")
 
 
-def imported_modules(path: Path) -> set[str]:
+def _modules(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(path.rglob("*.py"))
+
+
+Room = tuple[list[Path], tuple[str, ...], tuple[str, ...]]
+
+
+def _rooms() -> dict[str, Room]:
+    """Each room's real files, the packages it must not import, and the only toolsafe
+    modules it may import (nothing above it)."""
+    return {
+        "adapters": (
+            _modules((PACKAGE / "adapters").resolve()),
+            (*CELERY, *DATABASE),
+            ("toolsafe.adapters",),
+        ),
+        "recovery": (
+            _modules((PACKAGE / "recovery").resolve()),
+            (*CELERY, "httpx"),
+            ("toolsafe.recovery", "toolsafe.adapters"),
+        ),
+        "settings": (
+            [PACKAGE / "settings.py", PACKAGE / "settings_parse.py"],
+            CELERY,
+            (
+                "toolsafe.settings",
+                "toolsafe.settings_parse",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+            ),
+        ),
+        "celeryconfig": (
+            _modules((PACKAGE / "celeryconfig.py").resolve()),
+            (),
+            ("toolsafe.settings", "toolsafe.recovery", "toolsafe.adapters", "toolsafe.broker"),
+        ),
+        "tasks": (
+            _modules((PACKAGE / "tasks").resolve()),
+            (),
+            (
+                "toolsafe.tasks",
+                "toolsafe.celeryconfig",
+                "toolsafe.settings",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+                "toolsafe.broker",
+            ),
+        ),
+    }
+
+
+def module_name(path: Path) -> str:
+    """The dotted name a file has inside the installed package."""
+    for link in PACKAGE.iterdir():
+        if link.is_symlink():
+            real = link.resolve()
+            if path == real or real in path.parents:
+                inner = path.relative_to(real).with_suffix("").parts if real.is_dir() else ()
+                return ".".join(("toolsafe", link.stem, *inner)).removesuffix(".__init__")
+    inner = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(("toolsafe", *inner)).removesuffix(".__init__")
+
+
+def imported_modules(path: Path, name: str | None = None) -> set[str]:
+    """Every module ``path`` (the module ``name``) imports, relative imports resolved to
+    absolute names (``from x import y`` counts as ``x`` and ``x.y``: y may be a module)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            if source != "toolsafe":  # `from toolsafe import x`: only x says which room
+                names.add(source)
+            names.update(f"{source}.{alias.name}" for alias in node.names)
     return names
 
 
-@pytest.mark.parametrize("room", sorted(FORBIDDEN))
-def test_room_imports_stay_inside_their_bounds(room: str) -> None:
-    files = sorted((ROOT / room).rglob("*.py"))
-    assert files, f"no modules found in {room}/"
-    offences = []
+def module_name_or(path: Path, names: dict[Path, str] | None) -> str:
+    return (names or {}).get(path) or module_name(path)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def offences(room: Room, names: dict[Path, str] | None = None) -> list[str]:
+    files, forbidden, allowed = room
+    found = []
     for path in files:
-        for name in imported_modules(path):
+        for name in sorted(imported_modules(path, (names or {}).get(path))):
             top = name.split(".")[0]
-            if top in FORBIDDEN[room]:
-                offences.append(f"{path.relative_to(ROOT)} imports {name}")
-    assert not offences, "\n".join(offences)
+            bad = top in forbidden or top in BARE
+            if _under(name, "toolsafe") and not any(_under(name, ok) for ok in allowed):
+                # A `from toolsafe.x import y` adds toolsafe.x.y too: judge the module.
+                bad = bad or not any(_under(name.rpartition(".")[0], ok) for ok in allowed)
+            if bad:
+                found.append(f"{path.name} ({module_name_or(path, names)}) imports {name}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("room", sorted(_rooms()))
+def test_room_imports_stay_inside_their_bounds(room: str) -> None:
+    files = _rooms()[room][0]
+    assert files and all(path.exists() for path in files), f"no modules found for {room}"
+    problems = offences(_rooms()[room])
+    assert not problems, "\n".join(problems)
+
+
+def test_the_linked_rooms_are_the_top_level_folders() -> None:
+    for room in ("adapters", "recovery", "tasks"):
+        assert (PACKAGE / room).resolve() == ROOT / room
+    assert (PACKAGE / "celeryconfig.py").resolve() == ROOT / "celeryconfig.py"
+
+
+def test_tasks_may_not_import_the_rooms_above() -> None:
+    for room in SURFACE:
+        assert not any(_under(room, ok) for ok in _rooms()["tasks"][2]), room
+
+
+def test_relative_imports_are_resolved(tmp_path: Path) -> None:
+    path = (PACKAGE / "tasks" / "app.py").resolve()
+    assert module_name(path) == "toolsafe.tasks.app"
+    assert module_name((PACKAGE / "tasks" / "__init__.py").resolve()) == "toolsafe.tasks"
+    assert module_name(PACKAGE / "cli" / "main.py") == "toolsafe.cli.main"
+    # A relative import that climbs into a higher room is caught like an absolute one.
+    probe = tmp_path / "probe.py"
+    probe.write_text("from ..tasks import app\nfrom . import states\n", encoding="utf-8")
+    name = {probe: "toolsafe.recovery.probe"}
+    names = imported_modules(probe, name[probe])
+    assert {"toolsafe.tasks", "toolsafe.tasks.app", "toolsafe.recovery.states"} <= names
+    _, forbidden, allowed = _rooms()["recovery"]
+    found = offences(([probe], forbidden, allowed), name)
+    assert found == [
+        "probe.py (toolsafe.recovery.probe) imports toolsafe.tasks",
+        "probe.py (toolsafe.recovery.probe) imports toolsafe.tasks.app",
+    ]
+
+
+def test_no_module_imports_a_bare_room_name() -> None:
+    problems = []
+    for path in _package_files():
+        for name in imported_modules(path):
+            if name.split(".")[0] in BARE:
+                problems.append(f"{path} imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------- environment
+
+SETTINGS_ROOM = {PACKAGE / "settings.py"}
+ENV_FUNCTIONS = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def _package_files() -> Iterator[Path]:
+    """Every module of the installed package, through the linked rooms (real paths)."""
+    seen: set[Path] = set()
+    for entry in sorted(PACKAGE.iterdir()):
+        for path in _modules(entry.resolve()):
+            if path.suffix == ".py" and path not in seen:
+                seen.add(path)
+                yield path
+
+
+def environment_reads(path: Path) -> list[str]:
+    """Where ``path`` touches the process environment (os.environ, os.getenv, ...)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_FUNCTIONS:
+            found.append((node.lineno, f"uses .{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            for alias in node.names:
+                if alias.name in ENV_FUNCTIONS:
+                    found.append((node.lineno, f"imports os.{alias.name}"))
+        elif isinstance(node, ast.Name) and node.id in ENV_FUNCTIONS:
+            found.append((node.lineno, f"uses {node.id}"))
+    return [f"{path.name}:{line} {what}" for line, what in sorted(found)]
+
+
+def test_only_the_settings_room_reads_the_environment() -> None:
+    files = list(_package_files())
+    assert len(files) > 50 and ROOT / "tasks" / "app.py" in files
+    problems = [
+        f"{path.relative_to(ROOT)}: {item}"
+        for path in files
+        if path not in SETTINGS_ROOM
+        for item in environment_reads(path)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_environment_scan_would_catch_a_read(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\nfrom os import getenv\nA = os.environ.get('X')\nB = getenv('Y')\n",
+        encoding="utf-8",
+    )
+    assert environment_reads(probe) == [
+        "probe.py:2 imports os.getenv",
+        "probe.py:3 uses .environ",
+        "probe.py:4 uses getenv",
+    ]
+    assert environment_reads(PACKAGE / "settings.py")  # the room itself does read it

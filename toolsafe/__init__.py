@@ -56,11 +56,13 @@ _EXPORTS: dict[str, str] = {
     "HttpWriteAdapter": "toolsafe.adapters.http",
     "HttpReadAdapter": "toolsafe.adapters.http",
     "Registry": "toolsafe.adapters.registry",
+    "AdapterSettings": "toolsafe.adapters.registry",
     "ToolsafeError": "toolsafe.adapters.errors",
 }
 
 __all__ = [
     "Adapter",
+    "AdapterSettings",
     "CallContext",
     "Client",
     "FieldError",
@@ -114,7 +116,7 @@ if TYPE_CHECKING:
         LookupNotFound,
         LookupUnavailable,
     )
-    from toolsafe.adapters.registry import Registry
+    from toolsafe.adapters.registry import AdapterSettings, Registry
     from toolsafe.recovery.outcomes import TransitionRefused
     from toolsafe.recovery.states import StepState
     from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound

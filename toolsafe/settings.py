@@ -1,78 +1,113 @@
 """Settings of a toolsafe deployment, read once from ``TOOLSAFE_*`` environment variables.
 
-Nothing here is read at import time: ``Settings.from_env()`` builds a frozen value that
-the Celery app, the client and the CLI are given, so a test can build a second one.
+The one module of the package that reads the environment. Nothing here is read at import
+time: ``Settings.from_env()`` builds a frozen value that the Celery app, the client and
+the CLI are given, so a test can build a second one; ``load_settings()`` also imports the
+adapter modules and reads their own settings (``TOOLSAFE_<PREFIX>_<FIELD>``), which is
+what every process does at start (``load_settings_or_exit()``: one line, exit code 2).
 """
 
 from __future__ import annotations
 
-import json
 import os
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from datetime import timedelta
+from dataclasses import dataclass, field, fields
 from typing import Final
 
-from toolsafe.adapters.errors import ToolsafeError
-from toolsafe.adapters.registry import parse_module_list
-from toolsafe.recovery.policy import Policy, RetryPolicy, VerificationPolicy
+from pydantic import BaseModel
 
-DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
+from toolsafe.adapters.errors import AdapterLoadError, ToolsafeError
+from toolsafe.adapters.registry import (
+    AdapterSettings,
+    Registry,
+    declared_settings,
+    import_adapter_module,
+)
+from toolsafe.recovery.policy import KNOBS, Policy, PolicyError, knobs_of, policy_from_knobs
+from toolsafe.settings_parse import (
+    DEFAULT_BROKER_URL,
+    PREFIX,
+    Reader,
+    SettingsError,
+    filesystem_folder,
+    import_object,
+    read_model,
+    variable_name,
+)
+
+__all__ = [
+    "DEFAULT_ADAPTERS",
+    "DEFAULT_BROKER_URL",
+    "DEFAULT_DATABASE_URL",
+    "POLICY_KEYS",
+    "VISIBILITY_RULE",
+    "PolicySettings",
+    "Settings",
+    "SettingsError",
+    "check_visibility",
+    "child_environ",
+    "filesystem_folder",
+    "import_object",
+    "known_variables",
+    "load_settings",
+    "load_settings_or_exit",
+    "required_visibility_timeout",
+]
+
 DEFAULT_DATABASE_URL: Final = "sqlite:///toolsafe.db"
 DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
+DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1"
 
-# Keys accepted in TOOLSAFE_TOOL_POLICIES and their TOOLSAFE_* default variable.
-POLICY_KEYS: Final = (
-    "max_attempts",
-    "retry_base_delay",
-    "retry_max_delay",
-    "longest_wait",
-    "verify_base_delay",
-    "verify_max_delay",
-    "max_lookups_unavailable",
-    "loop_guard",
+# Keys accepted in TOOLSAFE_TOOL_POLICIES; each is also TOOLSAFE_<KEY>, the default.
+POLICY_KEYS: Final = KNOBS
+
+# The rule between the broker's visibility timeout and what a worker holds on purpose
+# (docs/operations.md quotes it; required_visibility_timeout computes it).
+VISIBILITY_RULE: Final = (
+    "TOOLSAFE_VISIBILITY_TIMEOUT ≥ 2 × (TOOLSAFE_MAX_ETA + TOOLSAFE_ETA_JITTER"
+    " + max(TOOLSAFE_TASK_TIME_LIMIT, 2 × TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT + 10,"
+    " max(4 × TOOLSAFE_SWEEP_INTERVAL, 30) + 5))"
 )
 
 
-class SettingsError(ToolsafeError, ValueError):
-    """A ``TOOLSAFE_*`` variable has a value toolsafe cannot use."""
-
-    def __init__(self, variable: str, problem: str) -> None:
-        super().__init__(variable, problem)
-        self.variable = variable
-        self.problem = problem
-
-    def __str__(self) -> str:
-        return f"{self.variable}: {self.problem}"
+_DEFAULT_KNOBS: Final = knobs_of(Policy())
 
 
 @dataclass(frozen=True)
 class PolicySettings:
-    """The knobs of :class:`toolsafe.recovery.policy.Policy`, in seconds and counts."""
+    """The knobs of :class:`toolsafe.recovery.policy.Policy`, in seconds and counts; the
+    defaults and the checks are the policy's own."""
 
-    max_attempts: int = 5
-    retry_base_delay: float = 1.0
-    retry_max_delay: float = 300.0
-    longest_wait: float = 86_400.0
-    verify_base_delay: float = 0.5
-    verify_max_delay: float = 30.0
-    max_lookups_unavailable: int = 5
-    loop_guard: int = 3
+    max_attempts: int = int(_DEFAULT_KNOBS["max_attempts"])
+    retry_base_delay: float = _DEFAULT_KNOBS["retry_base_delay"]
+    retry_max_delay: float = _DEFAULT_KNOBS["retry_max_delay"]
+    longest_wait: float = _DEFAULT_KNOBS["longest_wait"]
+    verify_base_delay: float = _DEFAULT_KNOBS["verify_base_delay"]
+    verify_max_delay: float = _DEFAULT_KNOBS["verify_max_delay"]
+    max_lookups_unavailable: int = int(_DEFAULT_KNOBS["max_lookups_unavailable"])
+    loop_guard: int = int(_DEFAULT_KNOBS["loop_guard"])
 
     def policy(self) -> Policy:
-        return Policy(
-            retry=RetryPolicy(
-                max_attempts=self.max_attempts,
-                base_delay=timedelta(seconds=self.retry_base_delay),
-                max_delay=timedelta(seconds=self.retry_max_delay),
-                longest_wait=timedelta(seconds=self.longest_wait),
-            ),
-            verification=VerificationPolicy(
-                base_delay=timedelta(seconds=self.verify_base_delay),
-                max_delay=timedelta(seconds=self.verify_max_delay),
-                max_unavailable=self.max_lookups_unavailable,
-            ),
-            loop_guard=self.loop_guard,
+        """Raises :class:`PolicyError` naming the knob of a value out of range."""
+        return policy_from_knobs(self.knobs())
+
+    def knobs(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_knobs(cls, values: Mapping[str, float]) -> PolicySettings:
+        """From flat values (checked for type by the reader); missing ones stay default."""
+        v = {**cls().knobs(), **values}
+        return cls(
+            max_attempts=int(v["max_attempts"]),
+            retry_base_delay=v["retry_base_delay"],
+            retry_max_delay=v["retry_max_delay"],
+            longest_wait=v["longest_wait"],
+            verify_base_delay=v["verify_base_delay"],
+            verify_max_delay=v["verify_max_delay"],
+            max_lookups_unavailable=int(v["max_lookups_unavailable"]),
+            loop_guard=int(v["loop_guard"]),
         )
 
 
@@ -107,6 +142,14 @@ class Settings:
     fault_plan: str | None = None
     fault_state_dir: str | None = None
     log_json: bool = False
+    # The operator exporter (/metrics) of a worker: off unless a port is set.
+    metrics_port: int | None = None
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    # The name the CLI records for approvals and resolutions (None: the OS user).
+    operator: str | None = None
+    # The TOOLSAFE_* variables this value was read from: the adapter modules' own
+    # settings are read from here, never from the process's environment again.
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -142,14 +185,7 @@ class Settings:
                 "that ends while the call may still run would send a live write to "
                 "verification",
             )
-        needed = 2 * (self.max_eta + self.eta_jitter + self.task_time_limit)
-        if self.visibility_timeout < needed:
-            raise SettingsError(
-                "TOOLSAFE_VISIBILITY_TIMEOUT",
-                f"must be at least 2 x (TOOLSAFE_MAX_ETA + TOOLSAFE_ETA_JITTER + "
-                f"TOOLSAFE_TASK_TIME_LIMIT) = {needed:g}s, got {self.visibility_timeout:g}s; "
-                "otherwise the broker redelivers held ETA and running messages",
-            )
+        check_visibility(self)
         if not self.adapter_modules:
             raise SettingsError("TOOLSAFE_ADAPTERS", "names no adapter module")
         if self.faults_enabled and not self.fault_plan:
@@ -157,158 +193,188 @@ class Settings:
                 "TOOLSAFE_FAULT_PLAN", "is required when TOOLSAFE_FAULTS_ENABLED is on"
             )
         for tool, values in {"": self.policy, **self.tool_policies}.items():
-            _check_policy(values, tool)
+            try:
+                values.policy()
+            except PolicyError as error:
+                name = (
+                    f"TOOLSAFE_TOOL_POLICIES[{tool}].{error.knob}"
+                    if tool
+                    else knob_variable(error.knob)
+                )
+                raise SettingsError(name, error.problem) from None
 
     def policy_for(self, tool: str) -> Policy:
         return self.tool_policies.get(tool, self.policy).policy()
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build the settings from ``TOOLSAFE_*`` variables; a bad value names its variable."""
-        env = os.environ if environ is None else environ
-        reader = _Reader(env)
-        base = PolicySettings(
-            max_attempts=reader.integer("TOOLSAFE_MAX_ATTEMPTS", 5),
-            retry_base_delay=reader.number("TOOLSAFE_RETRY_BASE_DELAY", 1.0),
-            retry_max_delay=reader.number("TOOLSAFE_RETRY_MAX_DELAY", 300.0),
-            longest_wait=reader.number("TOOLSAFE_LONGEST_WAIT", 86_400.0),
-            verify_base_delay=reader.number("TOOLSAFE_VERIFY_BASE_DELAY", 0.5),
-            verify_max_delay=reader.number("TOOLSAFE_VERIFY_MAX_DELAY", 30.0),
-            max_lookups_unavailable=reader.integer("TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE", 5),
-            loop_guard=reader.integer("TOOLSAFE_LOOP_GUARD", 3),
-        )
-        fault_plan = reader.text("TOOLSAFE_FAULT_PLAN")
-        state_dir = reader.text("TOOLSAFE_FAULT_STATE_DIR")
-        if fault_plan and not state_dir:
-            state_dir = fault_plan + ".fired"
-        return cls(
-            broker_url=reader.text("TOOLSAFE_BROKER_URL") or DEFAULT_BROKER_URL,
-            result_backend=reader.text("TOOLSAFE_RESULT_BACKEND"),
-            database_url=reader.text("TOOLSAFE_DATABASE_URL") or DEFAULT_DATABASE_URL,
-            adapter_modules=parse_module_list(env.get("TOOLSAFE_ADAPTERS", DEFAULT_ADAPTERS)),
-            lease=reader.number("TOOLSAFE_LEASE_SECONDS", 90.0),
-            task_time_limit=reader.number("TOOLSAFE_TASK_TIME_LIMIT", 60.0),
-            task_soft_time_limit=reader.number("TOOLSAFE_TASK_SOFT_TIME_LIMIT", 50.0),
-            sweep_interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", 5.0),
-            sweep_batch=reader.integer("TOOLSAFE_SWEEP_BATCH", 500),
-            republish_after=reader.number("TOOLSAFE_REPUBLISH_AFTER", 30.0),
-            max_eta=reader.number("TOOLSAFE_MAX_ETA", 600.0),
-            eta_jitter=reader.number("TOOLSAFE_ETA_JITTER", 0.1),
-            visibility_timeout=reader.number("TOOLSAFE_VISIBILITY_TIMEOUT", 3600.0),
-            worker_eta_task_limit=reader.integer("TOOLSAFE_WORKER_ETA_TASK_LIMIT", 1000),
-            policy=base,
-            tool_policies=reader.tool_policies("TOOLSAFE_TOOL_POLICIES", base),
-            escalation_webhook_url=reader.url("TOOLSAFE_ESCALATION_WEBHOOK_URL"),
-            escalation_webhook_timeout=reader.number("TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT", 5.0),
-            escalation_handlers=reader.handlers("TOOLSAFE_ESCALATION_HANDLERS"),
-            faults_enabled=reader.flag("TOOLSAFE_FAULTS_ENABLED"),
-            fault_plan=fault_plan,
-            fault_state_dir=state_dir,
-            log_json=(env.get("TOOLSAFE_LOG_FORMAT", "text").strip().lower() == "json"),
-        )
+    def time_limits(self) -> dict[str, tuple[float, float]]:
+        """(soft, hard) time limit of each kind of task, in seconds: ``call`` (execute and
+        verify), ``notify`` (escalate) and ``sweep``."""
+        notify = self.escalation_webhook_timeout * 2 + 5
+        sweep = max(self.sweep_interval * 4, 30.0)
+        return {
+            "call": (self.task_soft_time_limit, self.task_time_limit),
+            "notify": (notify, notify + 5),
+            "sweep": (sweep, sweep + 5),
+        }
 
-
-def _check_policy(values: PolicySettings, tool: str) -> None:
-    where = f"TOOLSAFE_TOOL_POLICIES[{tool}]" if tool else "TOOLSAFE_"
-    checks: list[tuple[str, bool, str]] = [
-        ("MAX_ATTEMPTS", values.max_attempts >= 1, "must be at least 1"),
-        ("RETRY_BASE_DELAY", values.retry_base_delay >= 0, "must not be negative"),
-        ("RETRY_MAX_DELAY", values.retry_max_delay >= values.retry_base_delay,
-         "must be at least the base delay"),
-        ("LONGEST_WAIT", values.longest_wait > 0, "must be greater than 0"),
-        ("VERIFY_BASE_DELAY", values.verify_base_delay >= 0, "must not be negative"),
-        ("VERIFY_MAX_DELAY", values.verify_max_delay >= values.verify_base_delay,
-         "must be at least the verification base delay"),
-        ("MAX_LOOKUPS_UNAVAILABLE", values.max_lookups_unavailable >= 1, "must be at least 1"),
-        ("LOOP_GUARD", values.loop_guard >= 1, "must be at least 1"),
-    ]  # fmt: skip
-    for suffix, ok, problem in checks:
-        if not ok:
-            name = f"{where}.{suffix.lower()}" if tool else f"{where}{suffix}"
-            raise SettingsError(name, problem)
-
-
-class _Reader:
-    """Parses variables one by one so that every error names the variable."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
-
-    def text(self, name: str) -> str | None:
-        value = self.env.get(name, "").strip()
-        return value or None
-
-    def number(self, name: str, default: float) -> float:
-        raw = self.text(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise SettingsError(name, f"must be a number of seconds, got {raw!r}") from None
-        if value != value or value in (float("inf"), float("-inf")):
-            raise SettingsError(name, f"must be a finite number, got {raw!r}")
-        return value
-
-    def integer(self, name: str, default: int) -> int:
-        raw = self.text(name)
-        if raw is None:
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise SettingsError(name, f"must be a whole number, got {raw!r}") from None
-
-    def flag(self, name: str) -> bool:
-        raw = (self.text(name) or "0").lower()
-        if raw in {"1", "true", "yes", "on"}:
-            return True
-        if raw in {"0", "false", "no", "off"}:
-            return False
-        raise SettingsError(name, f"must be 1/0, true/false, yes/no or on/off, got {raw!r}")
-
-    def url(self, name: str) -> str | None:
-        raw = self.text(name)
-        if raw is not None and not raw.startswith(("http://", "https://")):
-            raise SettingsError(name, "must be an http:// or https:// URL")
-        return raw
-
-    def handlers(self, name: str) -> tuple[str, ...]:
-        found = parse_module_list(self.env.get(name, ""))
-        for path in found:
-            module, _, attribute = path.partition(":")
-            if not module or not attribute:
-                raise SettingsError(
-                    name, f"{path!r} must be an import path like 'package.module:function'"
-                )
+    def adapter_settings(self) -> dict[str, BaseModel]:
+        """The settings each adapter module declares (``ADAPTER_SETTINGS``), read from
+        ``TOOLSAFE_<PREFIX>_<FIELD>``, by module name; imports the modules."""
+        taken = set(_core_variables())
+        found: dict[str, BaseModel] = {}
+        for name in self.adapter_modules:
+            spec = _declared(name)
+            if spec is not None:
+                found[name] = read_model(name, spec.prefix, spec.model, self.environ, taken)
         return found
 
-    def tool_policies(self, name: str, base: PolicySettings) -> dict[str, PolicySettings]:
-        raw = self.text(name)
-        if raw is None:
-            return {}
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise SettingsError(name, f"must be a JSON object: {error.msg}") from None
-        if not isinstance(data, dict):
-            raise SettingsError(name, 'must be a JSON object {"tool": {"max_attempts": 3}}')
-        known = {f.name: f.type for f in fields(PolicySettings)}
-        result: dict[str, PolicySettings] = {}
-        for tool, overrides in data.items():
-            if not isinstance(overrides, dict):
-                raise SettingsError(f"{name}[{tool}]", "must be a JSON object of policy values")
-            unknown = sorted(set(overrides) - set(known))
-            if unknown:
-                raise SettingsError(
-                    f"{name}[{tool}]",
-                    f"unknown keys {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}",
-                )
-            for key, value in overrides.items():
-                whole = known[key] in ("int", int)
-                valid = isinstance(value, int) if whole else isinstance(value, int | float)
-                if isinstance(value, bool) or not valid:
-                    kind = "a whole number" if whole else "a number"
-                    raise SettingsError(f"{name}[{tool}].{key}", f"must be {kind}")
-            result[str(tool)] = replace(base, **overrides)
-        return result
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build the settings from ``TOOLSAFE_*`` variables; a bad value names its variable.
+
+        Parses only: the adapter modules and escalation handlers are imported by
+        :func:`load_settings`, or when a process first needs them."""
+        return _read(Reader(os.environ if environ is None else environ))
+
+
+def _read(reader: Reader) -> Settings:
+    # Every variable is read on every call (none behind a condition): known_variables()
+    # lists the settings by recording what this function asks for.
+    defaults = PolicySettings()
+    base = PolicySettings.from_knobs({k: reader.knob(k, getattr(defaults, k)) for k in KNOBS})
+    fault_plan = reader.path("TOOLSAFE_FAULT_PLAN")
+    state_dir = reader.path("TOOLSAFE_FAULT_STATE_DIR")
+    if fault_plan and not state_dir:
+        state_dir = fault_plan + ".fired"
+    return Settings(
+        broker_url=reader.broker_url("TOOLSAFE_BROKER_URL", DEFAULT_BROKER_URL),
+        result_backend=reader.service_url("TOOLSAFE_RESULT_BACKEND", "redis://127.0.0.1:6379/1"),
+        database_url=reader.database_url("TOOLSAFE_DATABASE_URL", DEFAULT_DATABASE_URL),
+        adapter_modules=reader.modules("TOOLSAFE_ADAPTERS", DEFAULT_ADAPTERS),
+        lease=reader.number("TOOLSAFE_LEASE_SECONDS", 90.0),
+        task_time_limit=reader.number("TOOLSAFE_TASK_TIME_LIMIT", 60.0),
+        task_soft_time_limit=reader.number("TOOLSAFE_TASK_SOFT_TIME_LIMIT", 50.0),
+        sweep_interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", 5.0),
+        sweep_batch=reader.integer("TOOLSAFE_SWEEP_BATCH", 500),
+        republish_after=reader.number("TOOLSAFE_REPUBLISH_AFTER", 30.0),
+        max_eta=reader.number("TOOLSAFE_MAX_ETA", 600.0),
+        eta_jitter=reader.number("TOOLSAFE_ETA_JITTER", 0.1),
+        visibility_timeout=reader.number("TOOLSAFE_VISIBILITY_TIMEOUT", 3600.0),
+        worker_eta_task_limit=reader.integer("TOOLSAFE_WORKER_ETA_TASK_LIMIT", 1000),
+        policy=base,
+        tool_policies={
+            tool: PolicySettings.from_knobs({**base.knobs(), **overrides})
+            for tool, overrides in reader.tool_policies("TOOLSAFE_TOOL_POLICIES").items()
+        },
+        escalation_webhook_url=reader.url("TOOLSAFE_ESCALATION_WEBHOOK_URL"),
+        escalation_webhook_timeout=reader.number("TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT", 5.0),
+        escalation_handlers=reader.handlers("TOOLSAFE_ESCALATION_HANDLERS"),
+        faults_enabled=reader.flag("TOOLSAFE_FAULTS_ENABLED"),
+        fault_plan=fault_plan,
+        fault_state_dir=state_dir,
+        log_json=reader.choice("TOOLSAFE_LOG_FORMAT", ("text", "json"), "text") == "json",
+        metrics_port=reader.port("TOOLSAFE_METRICS_PORT"),
+        metrics_address=reader.host("TOOLSAFE_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
+        operator=reader.name("TOOLSAFE_OPERATOR"),
+        environ=reader.toolsafe_variables(),
+    )
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def knob_variable(knob: str) -> str:
+    """The variable of a policy knob: ``max_attempts`` → ``TOOLSAFE_MAX_ATTEMPTS``."""
+    return PREFIX + knob.upper()
+
+
+def required_visibility_timeout(settings: Settings) -> float:
+    """The smallest visibility timeout :data:`VISIBILITY_RULE` allows: twice the longest
+    ETA (with its jitter) plus the longest hard time limit of any task."""
+    longest_limit = max(hard for _, hard in settings.time_limits().values())
+    return 2 * (settings.max_eta + settings.eta_jitter + longest_limit)
+
+
+def check_visibility(settings: Settings) -> None:
+    """The broker must not redeliver a message that a worker holds on purpose."""
+    needed = required_visibility_timeout(settings)
+    if settings.visibility_timeout < needed:
+        raise SettingsError(
+            "TOOLSAFE_VISIBILITY_TIMEOUT",
+            f"must be at least 2 x (TOOLSAFE_MAX_ETA + TOOLSAFE_ETA_JITTER + the longest "
+            f"hard time limit of any task) = {needed:g}s, got {settings.visibility_timeout:g}s;"
+            " otherwise the broker redelivers held ETA and running messages",
+        )
+
+
+# ----------------------------------------------------------------------------- at start
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """What every process does at start: read the settings, import the adapter modules,
+    read their settings and register them once on a trial registry, and resolve the
+    escalation handlers; the first bad value
+    raises :class:`SettingsError` naming its variable and the form it needs."""
+    settings = Settings.from_env(environ)
+    try:
+        # A trial registration: two modules with the same tool, or a register() that
+        # refuses its settings, stop the process here rather than in a Celery signal.
+        Registry().load_modules(settings.adapter_modules, settings.adapter_settings())
+    except ToolsafeError as error:
+        if isinstance(error, SettingsError):
+            raise
+        raise SettingsError(
+            "TOOLSAFE_ADAPTERS", f"must name adapter modules that register: {error}"
+        ) from error
+    for path in settings.escalation_handlers:
+        import_object(path, "TOOLSAFE_ESCALATION_HANDLERS")
+    return settings
+
+
+def load_settings_or_exit(environ: Mapping[str, str] | None = None, what: str = "") -> Settings:
+    """:func:`load_settings` for a process's entry point (worker, beat, CLI, gateway,
+    demo): a bad value prints one line to stderr and exits with code 2 before anything
+    else happens. ``what`` names the process in that line (``"the worker"``)."""
+    try:
+        return load_settings(environ)
+    except SettingsError as error:
+        lead = f"cannot start {what}" if what else "error"
+        sys.stderr.write(f"toolsafe: {lead}: {error}\n")
+        sys.stderr.flush()
+        raise SystemExit(2) from None
+
+
+def known_variables(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Every ``TOOLSAFE_*`` variable the settings read: toolsafe's own and those of the
+    adapter modules ``TOOLSAFE_ADAPTERS`` names in ``environ`` (imports them)."""
+    settings = Settings.from_env(environ)
+    names = set(_core_variables())
+    for module in settings.adapter_modules:
+        spec = _declared(module)
+        if spec is not None:
+            names.update(
+                variable_name(spec.prefix, field_name) for field_name in spec.model.model_fields
+            )
+    return tuple(sorted(names))
+
+
+def child_environ(settings_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a subprocess whose settings the caller decides: this process's
+    environment without its ``TOOLSAFE_*`` variables, plus ``settings_env``."""
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith(PREFIX)}
+    return {**inherited, **settings_env}
+
+
+def _core_variables() -> tuple[str, ...]:
+    reader = Reader({})
+    _read(reader)
+    return tuple(reader.asked)
+
+
+def _declared(module: str) -> AdapterSettings | None:
+    try:
+        return declared_settings(import_adapter_module(module), module)
+    except AdapterLoadError as error:
+        raise SettingsError(
+            "TOOLSAFE_ADAPTERS", f"must name importable adapter modules: {error}"
+        ) from error

@@ -13,7 +13,7 @@ import pytest
 
 from tests.adapters.downstream_support import make_visible, wait_in_flight
 from toolsafe.adapters.envelope import ToolError, ToolSuccess, flagged_fields
-from toolsafe.adapters.examples import register, settings_from_env
+from toolsafe.adapters.examples import ExampleSettings, http_settings, register
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.adapters.examples.email import SendEmail
 from toolsafe.adapters.examples.invoice import CreateInvoice
@@ -21,6 +21,7 @@ from toolsafe.adapters.guard import call_adapter, call_lookup
 from toolsafe.adapters.http import HttpAdapter, HttpSettings
 from toolsafe.adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.adapters.registry import Registry
+from toolsafe.settings import Settings
 
 AdapterT = TypeVar("AdapterT", bound=HttpAdapter[Any])
 REF = "run_81/step_4"
@@ -29,6 +30,14 @@ EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Your invoice", 
 
 
 OPENED: list[HttpAdapter[Any]] = []
+MODULE = "toolsafe.adapters.examples"
+
+
+def settings_from_env(env: dict[str, str]) -> tuple[HttpSettings, timedelta]:
+    """The example adapters' settings as toolsafe's settings read them from ``env``."""
+    read = Settings.from_env(env).adapter_settings()[MODULE]
+    assert isinstance(read, ExampleSettings)
+    return http_settings(read)
 
 
 @pytest.fixture(autouse=True)
@@ -189,13 +198,17 @@ def test_send_email_bad_domain_then_corrected_under_the_same_ref(
     assert downstream.effects("emails") == {REF: 1}
 
 
-def test_register_reads_the_environment(
-    downstream: DownstreamService, monkeypatch: pytest.MonkeyPatch
+def test_register_receives_the_settings_read_from_the_environment(
+    downstream: DownstreamService,
 ) -> None:
-    monkeypatch.setenv("TOOLSAFE_EXAMPLE_DOWNSTREAM_URL", downstream.url)
-    monkeypatch.setenv("TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW", "0.5")
+    settings = Settings.from_env(
+        {
+            "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream.url,
+            "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "0.5",
+        }
+    )
     registry = Registry()
-    registry.load_modules(["toolsafe.adapters.examples"])
+    registry.load_modules(settings.adapter_modules, settings.adapter_settings())
     assert registry.tools() == ("create_invoice", "send_email")
     invoice = registry.get("create_invoice")
     for tool in registry.tools():

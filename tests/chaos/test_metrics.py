@@ -21,6 +21,7 @@ from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
+from toolsafe.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TRAITS = ToolTraits(writes=True, has_lookup=True)
@@ -127,15 +128,19 @@ def test_a_database_that_cannot_be_read_reports_down(tmp_path: Path) -> None:
 
 
 def test_metrics_address_from_the_environment() -> None:
-    assert metrics_address({}) is None
-    assert metrics_address({"TOOLSAFE_METRICS_PORT": "9808"}) == ("127.0.0.1", 9808)
-    assert metrics_address(
-        {"TOOLSAFE_METRICS_PORT": "0", "TOOLSAFE_METRICS_ADDRESS": "0.0.0.0"}
-    ) == ("0.0.0.0", 0)
+    def address(env: dict[str, str]) -> tuple[str, int] | None:
+        return metrics_address(Settings.from_env(env))
+
+    assert address({}) is None
+    assert address({"TOOLSAFE_METRICS_PORT": "9808"}) == ("127.0.0.1", 9808)
+    assert address({"TOOLSAFE_METRICS_PORT": "0", "TOOLSAFE_METRICS_ADDRESS": "0.0.0.0"}) == (
+        "0.0.0.0",
+        0,
+    )
     with pytest.raises(ValueError, match="TOOLSAFE_METRICS_PORT"):
-        metrics_address({"TOOLSAFE_METRICS_PORT": "http"})
+        address({"TOOLSAFE_METRICS_PORT": "http"})
     with pytest.raises(ValueError, match="between 0 and 65535"):
-        metrics_address({"TOOLSAFE_METRICS_PORT": "70000"})
+        address({"TOOLSAFE_METRICS_PORT": "70000"})
 
 
 def test_toolsafe_stats_prints_the_counts(

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import psycopg
 
@@ -122,10 +121,9 @@ class Cluster:
     @property
     def client(self) -> Client:
         if self._client is None:
-            # The example adapters read their downstream from the environment.
-            with mock.patch.dict(os.environ, self.env):
-                client = Client(create_app(self.settings))
-                client.runtime.registry  # noqa: B018 - load the adapters under this env
+            # The example adapters get their downstream from these settings.
+            client = Client(create_app(self.settings))
+            client.runtime.registry  # noqa: B018 - load the adapters now
             self._client = client
         return self._client
 

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
+import types
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
+from tests.fixtures import invoice_created
 from toolsafe import celeryconfig
-from toolsafe.settings import DEFAULT_BROKER_URL, Settings, SettingsError
+from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.protocol import Adapter, CallContext
+from toolsafe.adapters.registry import AdapterSettings, Registry
+from toolsafe.recovery.policy import KNOBS, Policy
+from toolsafe.settings import (
+    DEFAULT_BROKER_URL,
+    POLICY_KEYS,
+    VISIBILITY_RULE,
+    PolicySettings,
+    Settings,
+    SettingsError,
+    known_variables,
+    load_settings,
+    required_visibility_timeout,
+)
 from toolsafe.tasks.app import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_without_environment() -> None:
@@ -114,12 +137,14 @@ def test_config_follows_the_durability_rules() -> None:
 
 
 def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
-    # Passes the Settings check (execute limit) but not the sweeper's longer limit.
-    settings = Settings(
-        task_time_limit=2, task_soft_time_limit=1, lease=3, max_eta=1, visibility_timeout=8
-    )
+    # Above the execute limit but not the sweeper's longer one: the one visibility rule
+    # (in Settings) counts every task's limit, so these settings cannot even be built.
     with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
-        celeryconfig.build_config(settings)
+        celeryconfig.build_config(
+            Settings(
+                task_time_limit=2, task_soft_time_limit=1, lease=3, max_eta=1, visibility_timeout=8
+            )
+        )
 
 
 def test_two_apps_with_their_own_settings_in_one_process() -> None:
@@ -158,3 +183,154 @@ def test_celery_finds_the_default_app_lazily(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(found, toolsafe.tasks.app.ToolsafeApp)
     assert found.conf.broker_url.endswith("/9")
     assert find_app("toolsafe") is found
+
+
+# ----------------------------------------------------------------------------- adapter settings
+
+
+class AcmeSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(pattern=r"^https?://", description="an http:// or https:// URL")
+    retries: int = Field(default=3, ge=0, description="a whole number from 0")
+
+
+class Acme(Adapter[AcmeSettings]):
+    tool = "acme_lookup"
+    writes = False
+    input_model = AcmeSettings
+
+    def __init__(self, settings: AcmeSettings) -> None:
+        self.settings = settings
+
+    def execute(
+        self, data: AcmeSettings, operation_ref: str, context: CallContext
+    ) -> AnySuccess | ToolError:
+        return invoice_created()
+
+
+@pytest.fixture
+def acme_module() -> Iterator[str]:
+    """A user's adapter module that declares settings of its own."""
+    module = types.ModuleType("acme_tools_for_test")
+    received: list[AcmeSettings] = []
+
+    def register(registry: Registry, settings: AcmeSettings) -> None:
+        received.append(settings)
+        registry.register(Acme(settings))
+
+    module.register = register  # type: ignore[attr-defined]
+    module.ADAPTER_SETTINGS = AdapterSettings(prefix="ACME", model=AcmeSettings)  # type: ignore[attr-defined]
+    module.received = received  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    yield module.__name__
+    del sys.modules[module.__name__]
+
+
+def test_an_adapter_module_receives_the_settings_read_for_it(acme_module: str) -> None:
+    before = dict(os.environ)
+    env = {
+        "TOOLSAFE_ADAPTERS": f"toolsafe.adapters.examples, {acme_module}",
+        "TOOLSAFE_ACME_BASE_URL": "https://acme.example",
+        "TOOLSAFE_ACME_RETRIES": "5",
+    }
+    settings = load_settings(env)
+    assert settings.adapter_settings()[acme_module] == AcmeSettings(
+        base_url="https://acme.example", retries=5
+    )
+    registry = Registry()
+    registry.load_modules(settings.adapter_modules, settings.adapter_settings())
+    adapter = registry.get("acme_lookup")
+    assert isinstance(adapter, Acme) and adapter.settings.retries == 5
+    # Modules without settings keep the one-argument register(registry).
+    assert "create_invoice" in registry
+    assert {"TOOLSAFE_ACME_BASE_URL", "TOOLSAFE_ACME_RETRIES"} <= set(known_variables(env))
+    assert dict(os.environ) == before  # read from the mapping given, nothing written
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"TOOLSAFE_ACME_BASE_URL": "https://acme.example", "TOOLSAFE_ACME_RETRIES": "-1"},
+            "TOOLSAFE_ACME_RETRIES: must be a whole number from 0, got '-1'",
+        ),
+        (
+            {"TOOLSAFE_ACME_BASE_URL": "acme.example"},
+            "TOOLSAFE_ACME_BASE_URL: must be an http:// or https:// URL, got 'acme.example'",
+        ),
+        ({}, "TOOLSAFE_ACME_BASE_URL: is required: an http:// or https:// URL"),
+    ],
+)
+def test_a_bad_adapter_setting_names_its_variable_and_form(
+    acme_module: str, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"TOOLSAFE_ADAPTERS": acme_module, **env})
+    assert str(caught.value) == message
+
+
+def test_adapter_settings_may_not_shadow_a_toolsafe_setting(acme_module: str) -> None:
+    class Eta(BaseModel):
+        eta: float = 1.0
+
+    sys.modules[acme_module].ADAPTER_SETTINGS = AdapterSettings(prefix="MAX", model=Eta)  # type: ignore[attr-defined]
+    with pytest.raises(SettingsError, match="reads TOOLSAFE_MAX_ETA, a toolsafe setting"):
+        load_settings({"TOOLSAFE_ADAPTERS": acme_module})
+    with pytest.raises(ValueError, match="upper case"):
+        AdapterSettings(prefix="acme", model=Eta)
+
+
+def test_a_module_without_a_register_for_its_settings_is_refused(acme_module: str) -> None:
+    sys.modules[acme_module].ADAPTER_SETTINGS = {"prefix": "ACME"}  # type: ignore[attr-defined]
+    with pytest.raises(SettingsError, match="ADAPTER_SETTINGS must be an AdapterSettings"):
+        load_settings({"TOOLSAFE_ADAPTERS": acme_module})
+
+
+def test_the_registry_gives_defaults_when_no_settings_were_read() -> None:
+    registry = Registry()
+    registry.load_modules(["toolsafe.adapters.examples"])
+    invoice = registry.get("create_invoice")
+    assert invoice.consistency_window == timedelta(seconds=2)
+
+
+# ----------------------------------------------------------------------------- one home
+
+
+def test_policy_defaults_come_from_the_policy_itself() -> None:
+    assert Settings.from_env({}).policy_for("any_tool") == Policy()
+    assert Settings().policy_for("any_tool") == Policy()
+    assert PolicySettings().policy() == Policy()
+    assert POLICY_KEYS == KNOBS
+
+
+def test_the_visibility_rule_is_the_documented_one() -> None:
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert f"`{VISIBILITY_RULE}`" in page
+    right = VISIBILITY_RULE.split("≥", 1)[1].replace("×", "*")
+    for env in (
+        {},
+        {"TOOLSAFE_MAX_ETA": "30", "TOOLSAFE_ETA_JITTER": "0.5", "TOOLSAFE_TASK_TIME_LIMIT": "2",
+         "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "1", "TOOLSAFE_LEASE_SECONDS": "3"},
+        {"TOOLSAFE_SWEEP_INTERVAL": "20", "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": "40"},
+        {"TOOLSAFE_TASK_TIME_LIMIT": "300", "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "290",
+         "TOOLSAFE_LEASE_SECONDS": "400", "TOOLSAFE_VISIBILITY_TIMEOUT": "5000"},
+    ):  # fmt: skip
+        settings = Settings.from_env(env)
+        values = {
+            "TOOLSAFE_MAX_ETA": settings.max_eta,
+            "TOOLSAFE_ETA_JITTER": settings.eta_jitter,
+            "TOOLSAFE_TASK_TIME_LIMIT": settings.task_time_limit,
+            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": settings.escalation_webhook_timeout,
+            "TOOLSAFE_SWEEP_INTERVAL": settings.sweep_interval,
+        }
+        expression = right
+        for name in sorted(values, key=len, reverse=True):
+            expression = expression.replace(name, repr(values[name]))
+        documented = eval(expression, {"__builtins__": {"max": max}})  # noqa: S307 - our own doc
+        needed = required_visibility_timeout(settings)
+        assert needed == pytest.approx(documented)
+        # The check refuses exactly what the rule does.
+        Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed)})
+        with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
+            Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed - 0.01)})

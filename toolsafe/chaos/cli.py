@@ -20,9 +20,7 @@ def stats(args: argparse.Namespace) -> int:
 
     url = args.database
     if url is None:
-        from toolsafe.settings import Settings
-
-        url = Settings.from_env().database_url
+        url = args.settings.database_url
     engine = make_engine(url)
     store = StepStore(engine)
     try:

@@ -41,7 +41,6 @@ from toolsafe.harness import (
     Process,
     WorkerOptions,
     check_broker,
-    child_env,
     flush_broker,
     free_port,
     kill_db_connections,
@@ -54,6 +53,7 @@ from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
 from toolsafe.recovery.store import StepStore, StorePort
+from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
@@ -179,7 +179,7 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
     """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
     sweeps so that a killed worker's step is verified within seconds."""
     t = config.timing
-    return child_env(
+    return child_environ(
         {
             "TOOLSAFE_BROKER_URL": config.broker,
             "TOOLSAFE_DATABASE_URL": config.database,

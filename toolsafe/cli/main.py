@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.cli import ops as cli_ops
 from toolsafe.recovery.states import RESOLUTION_TARGETS, StepState
-from toolsafe.settings import SettingsError
+from toolsafe.settings import Settings, SettingsError, load_settings, load_settings_or_exit
+
+# A command of its own (``toolsafe serve`` and the like) that runs outside main() calls
+# this first: the settings, or one line on stderr and exit code 2.
+__all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "EXIT_USAGE", "load_settings_or_exit", "main"]
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -36,7 +39,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     extra = [item for item in args.celery_args if item != "--"]
     argv = ["worker", "-Q", ",".join(QUEUES), *extra]
-    default_app().worker_main(argv)
+    default_app(args.settings).worker_main(argv)
     return 0
 
 
@@ -44,22 +47,20 @@ def _beat(args: argparse.Namespace) -> int:
     from toolsafe.worker import default_app
 
     extra = [item for item in args.celery_args if item != "--"]
-    default_app().start(["beat", *extra])
+    default_app(args.settings).start(["beat", *extra])
     return 0
 
 
-def _migrate(_: argparse.Namespace) -> int:
+def _migrate(args: argparse.Namespace) -> int:
     from toolsafe.recovery.db import migrate
-    from toolsafe.settings import Settings
 
-    settings = Settings.from_env()
-    migrate(settings.database_url)
+    migrate(args.settings.database_url)
     sys.stdout.write("schema is up to date\n")
     return 0
 
 
-def _operator() -> str:
-    return os.environ.get("TOOLSAFE_OPERATOR") or getpass.getuser()
+def _operator(settings: Settings) -> str:
+    return settings.operator or getpass.getuser()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,9 +160,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.celery_args = extra
+    try:
+        # Every command checks every setting first: a bad value stops it before it does
+        # anything (exit code 2), whether or not the command would have used it.
+        args.settings = load_settings()
+    except SettingsError as error:
+        return _fail(EXIT_USAGE, str(error))
     for actor in ("operator", "approver"):
         if hasattr(args, actor) and getattr(args, actor) is None:
-            setattr(args, actor, _operator())
+            setattr(args, actor, _operator(args.settings))
     from sqlalchemy.exc import OperationalError
 
     try:

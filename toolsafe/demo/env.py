@@ -3,7 +3,6 @@ example downstream, real ``celery worker`` and ``celery beat`` subprocesses."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Final
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.harness import Process, WorkerOptions, start_beat, start_worker, stop_all
 from toolsafe.recovery.db import migrate
-from toolsafe.settings import Settings
+from toolsafe.settings import Settings, child_environ, load_settings
 from toolsafe.tasks.client import Client
 
 # Short times so that every scenario ends in seconds. The call timeout stays under the
@@ -119,19 +118,17 @@ def open_env(
     say(f"broker    {_hide_password(broker_url)}")
     downstream = DownstreamService(naive=True).start()
     say(f"downstream {downstream.url} (naive mode: it would store every duplicate)")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")},
+    settings_env = {
         **DEMO_SETTINGS,
         "TOOLSAFE_BROKER_URL": broker_url,
         "TOOLSAFE_DATABASE_URL": database_url,
         "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream.url,
-        "PYTHONUNBUFFERED": "1",
     }
-    # The client validates input with the same adapters, which read their settings from
-    # this process's environment.
-    os.environ.update({k: v for k, v in env.items() if k.startswith("TOOLSAFE_EXAMPLE_")})
+    # The workers get exactly these settings; the in-process client (which validates
+    # input with the same adapters) is given the same, read from this mapping.
+    env = {**child_environ(settings_env), "PYTHONUNBUFFERED": "1"}
     try:
-        client = Client.from_settings(Settings.from_env(env))
+        client = Client.from_settings(load_settings(settings_env))
     except Exception:
         downstream.stop()
         raise

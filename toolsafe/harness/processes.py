@@ -14,13 +14,16 @@ from pathlib import Path
 from types import TracebackType
 
 from toolsafe.harness.errors import ProcessStartError
+from toolsafe.settings import child_environ
 
 
 def child_env(settings: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A child's environment: ``base`` (default: this process's) without its ``TOOLSAFE_*``
-    variables, so that none leaks in from the caller's shell, then ``settings``."""
-    inherited = os.environ if base is None else base
-    env = {key: value for key, value in inherited.items() if not key.startswith("TOOLSAFE_")}
+    """A child's environment: ``base`` (default: this process's, as the settings room
+    reads it) without its ``TOOLSAFE_*`` variables, so that none leaks in from the
+    caller's shell, then ``settings``."""
+    if base is None:
+        return child_environ(settings)
+    env = {key: value for key, value in base.items() if not key.startswith("TOOLSAFE_")}
     env.update(settings)
     return env
 

@@ -12,7 +12,6 @@ docs/counts.md for how to scrape them.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,11 +30,11 @@ from prometheus_client.registry import Collector
 from toolsafe.recovery.counts import ATTEMPT_BUCKETS, QUANTILES, Counts, compute_counts
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore, StorePort
+from toolsafe.settings import Settings
 
 log = logging.getLogger("toolsafe.metrics")
 
-PORT_VARIABLE: Final = "TOOLSAFE_METRICS_PORT"
-ADDRESS_VARIABLE: Final = "TOOLSAFE_METRICS_ADDRESS"
+BATCH: Final = 5_000
 
 
 def read_counts(store: StorePort, prefix: str | None = None) -> Counts:
@@ -164,19 +163,11 @@ class CountsCollector(Collector):
         yield from metric_families(counts)
 
 
-def metrics_address(environ: dict[str, str] | None = None) -> tuple[str, int] | None:
-    """``(address, port)`` from ``TOOLSAFE_METRICS_PORT`` / ``_ADDRESS``; None when off."""
-    env = os.environ if environ is None else environ
-    raw = env.get(PORT_VARIABLE, "").strip()
-    if not raw:
+def metrics_address(settings: Settings) -> tuple[str, int] | None:
+    """``(address, port)`` from ``TOOLSAFE_METRICS_ADDRESS`` / ``_PORT``; None when off."""
+    if settings.metrics_port is None:
         return None
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ValueError(f"{PORT_VARIABLE}: must be a port number, got {raw!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{PORT_VARIABLE}: must be between 0 and 65535, got {port}")
-    return env.get(ADDRESS_VARIABLE, "127.0.0.1").strip() or "127.0.0.1", port
+    return settings.metrics_address, settings.metrics_port
 
 
 def serve(
@@ -204,18 +195,18 @@ def install(target: Any) -> None:
     """Start the exporter in a worker of the ``target`` app once it is ready, when
     ``TOOLSAFE_METRICS_PORT`` is set (in the worker's main process: one per worker)."""
 
-    database_url: str = target.settings.database_url
+    settings: Settings = target.settings
 
     def start(sender: Any = None, **_: Any) -> None:
         # Signals are process-wide: answer only for a worker of this app.
         if sender is None or id(getattr(sender, "app", None)) != id(target):
             return
-        address = metrics_address()
+        address = metrics_address(settings)
         if address is None:
             return
         from toolsafe.recovery.db import make_engine
 
-        server, _thread = serve(StepStore(make_engine(database_url)), *address)
+        server, _thread = serve(StepStore(make_engine(settings.database_url)), *address)
         log.info(
             "metrics on http://%s:%s/metrics",
             address[0],
