@@ -47,6 +47,8 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "FAIL": "a word of the demo's printed report",
     "REPORT": "a heading of the demo's printed report",
     "SC_CLK_TCK": "a name os.sysconf knows (clock ticks per second)",
+    "ADAPTER_SETTINGS": "the attribute an adapter module declares its settings in",
+    "EXAMPLE": "the example adapters' settings prefix (TOOLSAFE_EXAMPLE_*)",
 }
 """Upper-case strings of the package that are no code, and what they are."""
 
