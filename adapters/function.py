@@ -236,10 +236,22 @@ class FunctionAdapter(Adapter[BaseModel]):
         self._around_lookup = around_lookup
         self.__doc__ = self.description
 
-    def wrapped(self, around: Around | None = None, around_lookup: Around | None = None) -> Any:
-        """A copy whose calls (and lookups) go through ``around``: how the conformance
-        kit raises before or after the real call without touching the function."""
-        copy = type(self)(
+    def wrapped(
+        self,
+        around: Around | None = None,
+        around_lookup: Around | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> FunctionAdapter:
+        """A copy whose calls (and lookups) go through ``around`` (and, given ``timeout``,
+        time out sooner): how the conformance kit raises before or after the real call
+        without touching the function."""
+        klass = type(self)
+        if timeout is not None:
+            klass = cast(
+                type[FunctionAdapter], type(klass.__name__, (klass,), {"timeout": timeout})
+            )
+        copy = klass(
             self.function,
             self.lookup_function,
             model_param=self._model_param,
@@ -408,10 +420,8 @@ class FunctionAdapter(Adapter[BaseModel]):
         )
 
     # --- lookup --------------------------------------------------------------------
-    def lookup(self, operation_ref: str) -> LookupResult:
-        """The lookup function's answer: a record → found (with its evidence), ``None``
-        or a declared ``absent`` exception → not found, any other exception →
-        unavailable (a lookup that is down never reads as "not there")."""
+    def _look(self, operation_ref: str) -> object:
+        """What the lookup function returns (raises what it raises)."""
         if self.lookup_function is None:
             raise NotImplementedError(f"adapter {self.tool!r} has no lookup")
         lookup_function = self.lookup_function
@@ -421,8 +431,15 @@ class FunctionAdapter(Adapter[BaseModel]):
 
         around = self._around_lookup
         attempt: Run = run if around is None else (lambda: around(run))
+        return _within(attempt, self.timeout)
+
+    def lookup(self, operation_ref: str) -> LookupResult:
+        """The lookup function's answer: a record (or a non-empty list of them) → found
+        with its evidence; ``None``, ``[]`` or a declared ``absent`` exception → not
+        found; any other exception → unavailable (a lookup that is down never reads as
+        "not there")."""
         try:
-            found = _within(attempt, self.timeout)
+            found = self._look(operation_ref)
         except CallTimedOut:
             return LookupUnavailable(checked_at=datetime.now(UTC), code="LOOKUP_TIMEOUT")
         except Exception as error:
@@ -433,6 +450,8 @@ class FunctionAdapter(Adapter[BaseModel]):
         now = datetime.now(UTC)
         if isinstance(found, LookupFound | LookupNotFound | LookupUnavailable):
             return found
+        if isinstance(found, list | tuple):
+            found = found[0] if found else None
         if found is None:
             return LookupNotFound(checked_at=now)
         value = _plain(found)
@@ -440,6 +459,17 @@ class FunctionAdapter(Adapter[BaseModel]):
         if value is _UNREADABLE or evidence is None or self.reports_failure(value):
             return LookupUnavailable(checked_at=now, code="LOOKUP_UNREADABLE")
         return LookupFound(checked_at=now, result=clean_result(value), evidence_ref=evidence)
+
+    def count_effects(self, operation_ref: str) -> int | None:
+        """How many records the downstream holds for ``operation_ref`` when the lookup
+        function returns a list of them; None when it cannot tell."""
+        try:
+            found = self._look(operation_ref)
+        except Exception:
+            return None
+        if found is None:
+            return 0
+        return len(found) if isinstance(found, list | tuple) else None
 
     def close(self) -> None:
         """Nothing to release: the function owns its SDK client."""
