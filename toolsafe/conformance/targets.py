@@ -319,6 +319,8 @@ class CallTarget(Target):
 
     def _raised(self, fault: WriteFault) -> BaseException:
         name = fault.name
+        if fault.kind == "retry_after":
+            return self._waiting(fault)
         if name.startswith("ConnectionRefusedError"):
             return ConnectionRefusedError(hostile.MARKER)
         if name.startswith("ConnectionResetError"):
@@ -329,13 +331,20 @@ class CallTarget(Target):
             return UnforeseenError(hostile.MARKER)
         if "secrets" in name:
             return hostile.HostileError()
+        return UnforeseenError(hostile.MARKER)
+
+    def _waiting(self, fault: WriteFault) -> BaseException:
+        """A declared after_delay exception carrying the fault's Retry-After."""
+        name = fault.name
         for klass in self._declared_waits():
-            if name.startswith(klass.__name__):
+            if name.startswith(f"{klass.__name__} carrying"):
+                seconds = int((fault.wait or timedelta(0)).total_seconds())
                 error = klass(hostile.MARKER)
                 if "HTTP-date" in name:
-                    error.headers = dict(_retry_headers(45, http_date=True))  # type: ignore[attr-defined]
+                    headers = dict(_retry_headers(seconds, http_date=True))
+                    error.headers = headers  # type: ignore[attr-defined]
                 else:
-                    error.retry_after = 30  # type: ignore[attr-defined]
+                    error.retry_after = seconds  # type: ignore[attr-defined]
                 return error
         return UnforeseenError(hostile.MARKER)
 

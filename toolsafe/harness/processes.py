@@ -237,9 +237,10 @@ def start_beat(env: Mapping[str, str], workdir: Path) -> Proc:
 
 
 class Downstream:
-    """The example downstream service in naive mode, as a child process."""
+    """The example downstream service as a child process, naive by default (it ignores
+    idempotency keys, so a duplicate execution shows as a second effect)."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, workdir: Path, env: Mapping[str, str], *, naive: bool = True) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -248,8 +249,9 @@ class Downstream:
             "127.0.0.1",
             "--port",
             "0",
-            "--naive",
         ]
+        if naive:
+            argv.append("--naive")
         self.errors = open(workdir / "downstream.log", "ab")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
             argv,
