@@ -75,6 +75,7 @@ def check_adapter(
 
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "Check",
     "ConformanceFailure",
     "Report",
