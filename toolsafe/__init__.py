@@ -55,8 +55,8 @@ _EXPORTS: dict[str, str] = {
     "HttpSettings": "toolsafe.adapters.http",
     "HttpWriteAdapter": "toolsafe.adapters.http",
     "HttpReadAdapter": "toolsafe.adapters.http",
-    "tool": "toolsafe.adapters.function",
-    "read_tool": "toolsafe.adapters.function",
+    "tool": "toolsafe.adapters.decorators",
+    "read_tool": "toolsafe.adapters.decorators",
     "Raised": "toolsafe.adapters.function",
     "FunctionAdapter": "toolsafe.adapters.function",
     "Registry": "toolsafe.adapters.registry",
@@ -103,6 +103,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from toolsafe.adapters.decorators import read_tool, tool
     from toolsafe.adapters.envelope import (
         Retry,
         ToolError,
@@ -113,7 +114,7 @@ if TYPE_CHECKING:
         to_wire,
     )
     from toolsafe.adapters.errors import ToolsafeError
-    from toolsafe.adapters.function import FunctionAdapter, Raised, read_tool, tool
+    from toolsafe.adapters.function import FunctionAdapter, Raised
     from toolsafe.adapters.http import HttpReadAdapter, HttpSettings, HttpWriteAdapter
     from toolsafe.adapters.protocol import (
         Adapter,

@@ -12,8 +12,9 @@ from email.utils import format_datetime
 from typing import Any, Literal
 
 from toolsafe.adapters import codes
+from toolsafe.adapters.calls import Run
 from toolsafe.adapters.envelope import AnySuccess, ToolError
-from toolsafe.adapters.function import FunctionAdapter, Raised, Run
+from toolsafe.adapters.function import FunctionAdapter, Raised
 from toolsafe.adapters.guard import call_adapter, call_lookup
 from toolsafe.adapters.http import HttpAdapter
 from toolsafe.adapters.protocol import Adapter, LookupResult
