@@ -180,8 +180,6 @@ class HttpAdapter(Adapter[InputT]):
         an override of :meth:`lookup` or :meth:`execute`); transport errors propagate."""
         return observe(self.client.send(request, stream=True), self.settings.max_body_bytes)
 
-    _exchange = exchange
-
     # --- execute -------------------------------------------------------------------
     def execute(
         self, data: InputT, operation_ref: str, context: CallContext
@@ -195,7 +193,7 @@ class HttpAdapter(Adapter[InputT]):
                 params=self.request_params(data) if self.method == "GET" else None,
                 headers=self.headers(operation_ref, context),
             )
-            observed = self._exchange(request)
+            observed = self.exchange(request)
         except (httpx.HTTPError, httpx.InvalidURL) as error:
             failed = self.classify_exception(error, operation_ref, attempts_left)
             log.warning(
