@@ -3,6 +3,8 @@ classify whatever happens by the table of DESIGN §7, look operations up by oper
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import math
 import os
@@ -10,7 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal, Self
+from urllib.parse import quote
 
 import httpx
 from pydantic import JsonValue
@@ -23,6 +26,8 @@ from toolsafe.adapters.http_responses import (
     body_texts,
     error_parts,
     guard_transport_logs,
+    observe,
+    read_bounded,
     reports_failure,
     retry_after_delay,
     snake_case,
@@ -81,16 +86,32 @@ class HttpSettings:
         )
 
 
+LookupShape = Literal["object", "list"]
+
+
 class HttpAdapter(Adapter[InputT]):
     """An adapter whose downstream is one HTTP endpoint (see ``docs/example-service.md``
     for the example). Subclasses set ``tool``, ``writes``, ``input_model``, ``path`` and
-    the tables below; ``has_lookup`` adapters also set ``lookup_path``.
+    the tables below; ``has_lookup`` adapters also set ``lookup_path`` and, when the
+    lookup answers a JSON list, ``lookup_returns = "list"``.
     """
 
     method: ClassVar[str] = "POST"
     path: ClassVar[str]
+    # The lookup: GET lookup_path (which may hold "{operation_ref}", the object by path)
+    # with ?<lookup_param>=<operation_ref> (None: no query parameter).
     lookup_path: ClassVar[str | None] = None
-    lookup_param: ClassVar[str] = "operation_ref"
+    lookup_param: ClassVar[str | None] = "operation_ref"
+    # "object": a 200 object (the record at record_key) is found, a 404 not found.
+    # "list": a JSON list (at lookup_list_key, None: the body itself) filtered by the
+    # query parameter; [] is not found, a matching item is found.
+    lookup_returns: ClassVar[LookupShape] = "object"
+    lookup_list_key: ClassVar[str | None] = None
+    # Items whose field of this name holds another operation_ref are not ours; a list of
+    # only such items means the filter was ignored, which is "unavailable", not "absent".
+    lookup_match_field: ClassVar[str | None] = "operation_ref"
+    # Where an object lookup says how many records the downstream holds for the ref.
+    lookup_count_field: ClassVar[str | None] = None
     # A 404 from the lookup counts as "not found" only when it carries one of these codes
     # (None: any 404): a misrouted lookup must not pass for "the write never happened".
     lookup_not_found_codes: ClassVar[frozenset[str] | None] = None
@@ -127,6 +148,16 @@ class HttpAdapter(Adapter[InputT]):
             self._client.close()
             self._client = None
 
+    def rebased(self, base_url: str, **overrides: Any) -> Self:
+        """A copy that talks to ``base_url`` (with other settings replaced as given) over
+        a client of its own: how the conformance kit puts its proxy in between."""
+        twin = copy.copy(self)
+        twin.settings = dataclasses.replace(self.settings, base_url=base_url, **overrides)
+        twin._given = None
+        twin._client = None
+        twin._pid = 0
+        return twin
+
     # --- what to send --------------------------------------------------------------
     def request_path(self, data: InputT) -> str:
         return self.path
@@ -144,21 +175,10 @@ class HttpAdapter(Adapter[InputT]):
     def _url(self, path: str) -> str:
         return self.settings.base_url.rstrip("/") + path
 
-    def _exchange(self, request: httpx.Request) -> Observed:
-        response = self.client.send(request, stream=True)
-        try:
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in response.iter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size >= self.settings.max_body_bytes:
-                    # The rest is never read: an oversized body is not worth the memory.
-                    break
-        finally:
-            response.close()
-        body = b"".join(chunks)[: self.settings.max_body_bytes]
-        return Observed(response.status_code, response.headers, body, datetime.now(UTC))
+    def exchange(self, request: httpx.Request) -> Observed:
+        """Send ``request`` and read at most ``max_body_bytes`` of the answer (use it in
+        an override of :meth:`lookup` or :meth:`execute`); transport errors propagate."""
+        return observe(self.client.send(request, stream=True), self.settings.max_body_bytes)
 
     # --- execute -------------------------------------------------------------------
     def execute(
@@ -173,7 +193,7 @@ class HttpAdapter(Adapter[InputT]):
                 params=self.request_params(data) if self.method == "GET" else None,
                 headers=self.headers(operation_ref, context),
             )
-            observed = self._exchange(request)
+            observed = self.exchange(request)
         except (httpx.HTTPError, httpx.InvalidURL) as error:
             failed = self.classify_exception(error, operation_ref, attempts_left)
             log.warning(
@@ -263,8 +283,8 @@ class HttpAdapter(Adapter[InputT]):
             body = observed.json_object()
             if body is None:
                 return self._unreadable(operation_ref, details)
-            if reports_failure(body):
-                return self.body_error(body, observed, operation_ref, attempts_left, success=True)
+            if self.body_reports_failure(body):
+                return self.parse_failure(body, observed, operation_ref, attempts_left)
             return self.parse_success(body, observed, operation_ref)
         waited = self._not_before(observed)
         if status == 429 or (status == 503 and waited is not None):
@@ -294,6 +314,24 @@ class HttpAdapter(Adapter[InputT]):
             return self.body_error(body, observed, operation_ref, attempts_left, success=False)
         # 1xx/3xx: not an answer this client asked for; a write may still have happened.
         return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=self.writes)
+
+    def body_reports_failure(self, body: Mapping[str, Any]) -> bool:
+        """Whether a 2xx body says the operation failed (the legacy "200 with an error"):
+        ``ok``/``success`` false, an ``error``, or a ``status`` of error/failed. Override
+        for a downstream that says it otherwise (``{"result": "DECLINED"}``)."""
+        return reports_failure(body)
+
+    def parse_failure(
+        self, body: Mapping[str, Any], observed: Observed, operation_ref: str, attempts_left: int
+    ) -> ToolError:
+        """The envelope of a 2xx that reports failure: by the code table, and ``unknown``
+        on a write when the code is not one the table knows."""
+        return self.body_error(body, observed, operation_ref, attempts_left, success=True)
+
+    def upstream_error(self, body: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+        """The upstream code and field names of an error body (see ``error_parts``);
+        override for another shape. Nothing else of the body is ever read."""
+        return error_parts(body)
 
     def _unreadable(self, operation_ref: str, details: Mapping[str, object]) -> ToolError:
         if self.writes:
@@ -330,7 +368,7 @@ class HttpAdapter(Adapter[InputT]):
                 extra={"event": "upstream_instructions", "tool": self.tool, "status": status},
             )
             return self.error(codes.UPSTREAM_ERROR, operation_ref, details, unknown=doubtful)
-        upstream, names = error_parts(body)
+        upstream, names = self.upstream_error(body)
         fields = self._input_fields(names)
         if fields:
             details["fields"] = ", ".join(fields)
@@ -365,10 +403,15 @@ class HttpAdapter(Adapter[InputT]):
 
     # --- success and lookup --------------------------------------------------------
     def extract_record(self, body: Mapping[str, Any]) -> tuple[dict[str, JsonValue], str | None]:
-        """The allow-listed result fields (text made safe) and the evidence reference."""
+        """The allow-listed result fields (text made safe) and the evidence reference of
+        the record at ``record_key`` (None: the body itself)."""
         record = body.get(self.record_key) if self.record_key else body
         if not isinstance(record, Mapping):
             return {}, None
+        return self.record_fields(record)
+
+    def record_fields(self, record: Mapping[str, Any]) -> tuple[dict[str, JsonValue], str | None]:
+        """The allow-listed ``result_fields`` of one record and its ``evidence_field``."""
         result: dict[str, JsonValue] = {}
         for name in self.result_fields:
             if name not in record:
@@ -401,18 +444,24 @@ class HttpAdapter(Adapter[InputT]):
             verification=Verification(checked_at=observed.received_at, evidence_ref=evidence),
         )
 
-    def lookup(self, operation_ref: str) -> LookupResult:
-        """GET ``lookup_path?<lookup_param>=<operation_ref>``: 200 found, 404 not found,
-        anything else (or no answer) unavailable."""
+    def lookup_request(self, operation_ref: str) -> httpx.Request:
+        """``GET lookup_path`` (``{operation_ref}`` in it filled in, URL-quoted) with
+        ``?<lookup_param>=<operation_ref>`` unless ``lookup_param`` is None."""
         path = self.lookup_path or self.path
+        if "{operation_ref}" in path:
+            path = path.replace("{operation_ref}", quote(operation_ref, safe=""))
+        return self.client.build_request(
+            "GET",
+            self._url(path),
+            params={self.lookup_param: operation_ref} if self.lookup_param else None,
+            headers={"Accept": "application/json"},
+        )
+
+    def lookup(self, operation_ref: str) -> LookupResult:
+        """Send :meth:`lookup_request` and read the answer with :meth:`parse_lookup`;
+        no answer at all is unavailable."""
         try:
-            request = self.client.build_request(
-                "GET",
-                self._url(path),
-                params={self.lookup_param: operation_ref},
-                headers={"Accept": "application/json"},
-            )
-            observed = self._exchange(request)
+            observed = self.exchange(self.lookup_request(operation_ref))
         except (httpx.HTTPError, httpx.InvalidURL) as error:
             log.warning(
                 "lookup failed: %s",
@@ -420,20 +469,83 @@ class HttpAdapter(Adapter[InputT]):
                 extra={"event": "lookup_error", "tool": self.tool},
             )
             return LookupUnavailable(checked_at=datetime.now(UTC), code=codes.LOOKUP_UNREACHABLE)
+        return self.parse_lookup(observed, operation_ref)
+
+    def parse_lookup(self, observed: Observed, operation_ref: str) -> LookupResult:
+        """404 (with a not-found code) → not found; a 2xx in the ``lookup_returns`` shape
+        → found with evidence, or not found for an empty list; anything else is
+        unavailable: a lookup that cannot be read never says "not there"."""
         now = observed.received_at
         if observed.status == 404:
-            upstream, _ = error_parts(observed.json_object() or {})
+            upstream, _ = self.upstream_error(observed.json_object() or {})
             if self.lookup_not_found_codes is None or upstream in self.lookup_not_found_codes:
                 return LookupNotFound(checked_at=now)
             return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNEXPECTED_404)
-        if 200 <= observed.status < 300:
+        if not 200 <= observed.status < 300:
+            return LookupUnavailable(checked_at=now, code=codes.lookup_http(observed.status))
+        if self.lookup_returns == "list":
+            items = self.lookup_items(observed)
+            if items is None:
+                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+            ours = self._ours(items, operation_ref)
+            if ours is None:
+                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_FILTER_IGNORED)
+            if not ours:
+                return LookupNotFound(checked_at=now)
+            result, evidence = self.record_fields(ours[0])
+        else:
             body = observed.json_object()
-            if body is not None and not reports_failure(body):
-                result, evidence = self.extract_record(body)
-                if evidence is not None:
-                    return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
+            if body is None or self.body_reports_failure(body):
+                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+            result, evidence = self.extract_record(body)
+        if evidence is None:
             return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
-        return LookupUnavailable(checked_at=now, code=codes.lookup_http(observed.status))
+        return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
+
+    def lookup_items(self, observed: Observed) -> list[Mapping[str, Any]] | None:
+        """The records of a list lookup: the JSON list (at ``lookup_list_key``), or None
+        when the body is not such a list of objects."""
+        value = observed.json_value()
+        if self.lookup_list_key is not None:
+            if isinstance(value, Mapping) and self.body_reports_failure(value):
+                return None
+            value = value.get(self.lookup_list_key) if isinstance(value, Mapping) else None
+        if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+            return None
+        return value
+
+    def _ours(
+        self, items: list[Mapping[str, Any]], operation_ref: str
+    ) -> list[Mapping[str, Any]] | None:
+        if self.lookup_match_field is None:
+            return items
+        field = self.lookup_match_field
+        ours = [item for item in items if item.get(field, operation_ref) == operation_ref]
+        return None if items and not ours else ours
+
+    def count_effects(self, operation_ref: str) -> int | None:
+        """How many records the downstream holds for ``operation_ref``, when its lookup
+        says so (a list lookup, or ``lookup_count_field``); None when it cannot tell."""
+        if not self.has_lookup:
+            return None
+        try:
+            observed = self.exchange(self.lookup_request(operation_ref))
+        except (httpx.HTTPError, httpx.InvalidURL):
+            return None
+        found = self.parse_lookup(observed, operation_ref)
+        if isinstance(found, LookupNotFound):
+            return 0
+        if not isinstance(found, LookupFound):
+            return None
+        if self.lookup_returns == "list":
+            items = self.lookup_items(observed)
+            ours = self._ours(items or [], operation_ref)
+            return len(ours) if ours is not None else None
+        body = observed.json_object() or {}
+        count = body.get(self.lookup_count_field) if self.lookup_count_field else None
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            return count
+        return None
 
 
 class HttpWriteAdapter(HttpAdapter[InputT]):
@@ -455,11 +567,14 @@ __all__ = [
     "HttpReadAdapter",
     "HttpSettings",
     "HttpWriteAdapter",
+    "LookupShape",
     "Observed",
     "Sent",
     "body_texts",
     "error_parts",
     "guard_transport_logs",
+    "observe",
+    "read_bounded",
     "reports_failure",
     "retry_after_delay",
     "transport_failure",

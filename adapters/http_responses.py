@@ -61,16 +61,46 @@ class Observed:
     body: bytes
     received_at: datetime
 
-    def json_object(self) -> dict[str, Any] | None:
+    def json_value(self) -> Any:
+        """The body as JSON (object, list or scalar); ``None`` when it is not JSON."""
         try:
-            value = json.loads(self.body)
+            return json.loads(self.body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             # RecursionError: "[[[[…" nested deeper than the parser's stack.
             return None
+
+    def json_object(self) -> dict[str, Any] | None:
+        value = self.json_value()
         return value if isinstance(value, dict) else None
+
+    def json_list(self) -> list[Any] | None:
+        value = self.json_value()
+        return value if isinstance(value, list) else None
 
     def text(self) -> str:
         return self.body.decode("utf-8", errors="replace")
+
+
+def read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of a streamed response's body; the rest is never read (an
+    oversized body is not worth the memory). Closes the response."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= max_bytes:
+                break
+    finally:
+        response.close()
+    return b"".join(chunks)[:max_bytes]
+
+
+def observe(response: httpx.Response, max_bytes: int) -> Observed:
+    """What a streamed response says, its body read by :func:`read_bounded`."""
+    body = read_bounded(response, max_bytes)
+    return Observed(response.status_code, response.headers, body, datetime.now(UTC))
 
 
 def transport_failure(error: BaseException) -> Sent:
@@ -91,12 +121,9 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
-def retry_after_delay(headers: httpx.Headers, received_at: datetime) -> timedelta | None:
-    """The wait a ``Retry-After`` asks for: delta-seconds, or an HTTP-date read against
-    the response's own ``Date`` (so that clock skew between the hosts does not count)."""
-    value = headers.get("retry-after")
-    if value is None:
-        return None
+def parse_retry_after(value: str, reference: datetime) -> timedelta | None:
+    """A ``Retry-After`` value as a wait: delta-seconds, or an HTTP-date less
+    ``reference`` (the time the answer was given); ``None`` when it is neither."""
     value = value.strip()
     if value.isdigit():
         return timedelta(seconds=int(value[:9]))
@@ -106,6 +133,15 @@ def retry_after_delay(headers: httpx.Headers, received_at: datetime) -> timedelt
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
+    return when - reference
+
+
+def retry_after_delay(headers: httpx.Headers, received_at: datetime) -> timedelta | None:
+    """The wait a ``Retry-After`` asks for: delta-seconds, or an HTTP-date read against
+    the response's own ``Date`` (so that clock skew between the hosts does not count)."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
     reference = received_at
     date = headers.get("date")
     if date:
@@ -115,7 +151,7 @@ def retry_after_delay(headers: httpx.Headers, received_at: datetime) -> timedelt
             reference = received_at
         if reference.tzinfo is None:
             reference = reference.replace(tzinfo=UTC)
-    return when - reference
+    return parse_retry_after(value, reference)
 
 
 def error_parts(body: Mapping[str, Any]) -> tuple[str | None, list[str]]:

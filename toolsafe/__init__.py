@@ -1,7 +1,7 @@
 """toolsafe: run AI agents' side-effecting tool calls without duplicate writes or false
 failures. This is the public face; import from here, not from the rooms behind it.
 
-    from toolsafe import Client, ToolError, HttpWriteAdapter
+    from toolsafe import Client, ToolError, HttpWriteAdapter, tool
 
 ``celery -A toolsafe worker|beat|flower`` finds the app as ``toolsafe.celery``, built
 from the ``TOOLSAFE_*`` environment on first access (never at import time).
@@ -55,6 +55,10 @@ _EXPORTS: dict[str, str] = {
     "HttpSettings": "toolsafe.adapters.http",
     "HttpWriteAdapter": "toolsafe.adapters.http",
     "HttpReadAdapter": "toolsafe.adapters.http",
+    "tool": "toolsafe.adapters.decorators",
+    "read_tool": "toolsafe.adapters.decorators",
+    "Raised": "toolsafe.adapters.function",
+    "FunctionAdapter": "toolsafe.adapters.function",
     "Registry": "toolsafe.adapters.registry",
     "AdapterSettings": "toolsafe.adapters.registry",
     "ToolsafeError": "toolsafe.adapters.errors",
@@ -66,6 +70,7 @@ __all__ = [
     "CallContext",
     "Client",
     "FieldError",
+    "FunctionAdapter",
     "HistoryEntry",
     "HttpReadAdapter",
     "HttpSettings",
@@ -76,6 +81,7 @@ __all__ = [
     "LookupNotFound",
     "LookupUnavailable",
     "OperationRefConflict",
+    "Raised",
     "Registry",
     "Retry",
     "Settings",
@@ -93,10 +99,13 @@ __all__ = [
     "create_app",
     "json_schema",
     "parse_result",
+    "read_tool",
     "to_wire",
+    "tool",
 ]
 
 if TYPE_CHECKING:
+    from toolsafe.adapters.decorators import read_tool, tool
     from toolsafe.adapters.envelope import (
         Retry,
         ToolError,
@@ -107,6 +116,7 @@ if TYPE_CHECKING:
         to_wire,
     )
     from toolsafe.adapters.errors import ToolsafeError
+    from toolsafe.adapters.function import FunctionAdapter, Raised
     from toolsafe.adapters.http import HttpReadAdapter, HttpSettings, HttpWriteAdapter
     from toolsafe.adapters.protocol import (
         Adapter,

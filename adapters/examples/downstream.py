@@ -17,7 +17,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from toolsafe.adapters.examples.downstream_state import (
     AFTER_STORE,
@@ -148,9 +148,16 @@ class Handler(BaseHTTPRequestHandler):
         if resource in RESOURCES:
             self._lookup(resource, query.get("operation_ref", [None])[0])
             return
+        parts = path.strip("/").split("/")
+        if len(parts) == 2 and parts[0] == "search" and parts[1] in RESOURCES:
+            self._lookup(parts[1], query.get("operation_ref", [None])[0], listing=True)
+            return
+        if len(parts) == 3 and parts[0] in RESOURCES and parts[1] == "by-ref":
+            self._lookup(parts[0], unquote(parts[2]) or None)
+            return
         self._error(404, "NOT_FOUND")
 
-    def _lookup(self, resource: str, ref: str | None) -> None:
+    def _lookup(self, resource: str, ref: str | None, *, listing: bool = False) -> None:
         state = self.server.state
         if not ref:
             self._error(400, "MISSING_OPERATION_REF", "operation_ref")
@@ -165,6 +172,10 @@ class Handler(BaseHTTPRequestHandler):
             found = [
                 r for r in state.records[resource] if r.operation_ref == ref and r.visible_at <= now
             ]
+        if listing:
+            # The list shape: every record the filter matches, [] when there is none.
+            self._send(200, [record.as_json() for record in found])
+            return
         if not found:
             self._error(404, "NOT_FOUND")
             return

@@ -48,6 +48,8 @@ class SendEmail(HttpWriteAdapter[EmailInput]):
     path: ClassVar[str] = "/emails"
     lookup_path: ClassVar[str | None] = "/emails"
     lookup_not_found_codes: ClassVar[frozenset[str] | None] = frozenset({"NOT_FOUND"})
+    # The lookup says how many records hold the key: the conformance kit counts effects.
+    lookup_count_field: ClassVar[str | None] = "count"
     upstream_codes = UPSTREAM_CODES
     record_key: ClassVar[str | None] = "record"
     result_fields: ClassVar[tuple[str, ...]] = ("id", "subject", "created_at")

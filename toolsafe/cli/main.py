@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.chaos import cli as chaos_cli
 
     chaos_cli.add_commands(commands)
+
+    from toolsafe.conformance import cli as conformance_cli
+
+    conformance_cli.add_parser(commands)
     return parser
 
 
