@@ -343,6 +343,7 @@ LOOKUP_UNREACHABLE: Final = "LOOKUP_UNREACHABLE"
 LOOKUP_UNEXPECTED_404: Final = "LOOKUP_UNEXPECTED_404"
 LOOKUP_UNREADABLE: Final = "LOOKUP_UNREADABLE"
 LOOKUP_FILTER_IGNORED: Final = "LOOKUP_FILTER_IGNORED"
+LOOKUP_TIMEOUT: Final = "LOOKUP_TIMEOUT"
 LOOKUP_HTTP_PREFIX: Final = "LOOKUP_HTTP_"
 LOOKUP_HTTP: Final = LOOKUP_HTTP_PREFIX + "<status>"
 
@@ -356,6 +357,7 @@ LOOKUP_CODES: Final[Mapping[str, str]] = {
     LOOKUP_UNEXPECTED_404: "a 404 whose code is not one of the adapter's not-found codes",
     LOOKUP_UNREADABLE: "a 2xx to the lookup without a record or evidence",
     LOOKUP_FILTER_IGNORED: "a list lookup whose records all carry another operation_ref",
+    LOOKUP_TIMEOUT: "a decorated tool's lookup function did not return in its time",
     LOOKUP_HTTP: "the lookup answered with another HTTP status, e.g. LOOKUP_HTTP_503",
 }
 """The ``code`` of ``LookupUnavailable``: why a lookup could not say found or not found.

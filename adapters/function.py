@@ -381,7 +381,7 @@ class FunctionAdapter(Adapter[BaseModel]):
         try:
             found = self._look(operation_ref)
         except CallTimedOut:
-            return LookupUnavailable(checked_at=datetime.now(UTC), code="LOOKUP_TIMEOUT")
+            return LookupUnavailable(checked_at=datetime.now(UTC), code=codes.LOOKUP_TIMEOUT)
         except Exception as error:
             now = datetime.now(UTC)
             if self.absent and isinstance(error, self.absent):

@@ -14,6 +14,7 @@ import toolsafe
 from tests.vocabulary_scan import FAMILY, codes_in, package_sources, state_sets_in
 from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES, is_lookup_code, lookup_http
 from toolsafe.adapters.examples.downstream_state import DOWNSTREAM_CODES
+from toolsafe.conformance.hostile import SIMULATED_UPSTREAM_CODES
 from toolsafe.recovery import guards
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 from toolsafe.recovery.states import CLAIMABLE, StepState
@@ -33,6 +34,8 @@ FOREIGN: Final[Mapping[str, Mapping[str, str]]] = {
     # The example downstream stands in for someone else's API; its adapters translate
     # these into envelope codes, so some share a spelling (RATE_LIMITED) on purpose.
     "example downstream code": DOWNSTREAM_CODES,
+    # What the conformance kit's proxy serves as a hostile upstream.
+    "simulated upstream code": SIMULATED_UPSTREAM_CODES,
 }
 
 NOT_CODES: Final[Mapping[str, str]] = {
@@ -47,6 +50,10 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "FAIL": "a word of the demo's printed report",
     "REPORT": "a heading of the demo's printed report",
     "SC_CLK_TCK": "a name os.sysconf knows (clock ticks per second)",
+    "FILE": "an argument's metavar in --help",
+    "SECONDS": "an argument's metavar in --help",
+    "PASSED": "a word of the conformance report",
+    "FAILED": "a word of the conformance report",
     "ADAPTER_SETTINGS": "the attribute an adapter module declares its settings in",
     "EXAMPLE": "the example adapters' settings prefix (TOOLSAFE_EXAMPLE_*)",
 }

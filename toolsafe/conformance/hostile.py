@@ -4,6 +4,7 @@ harmless marker) and the check that none of it reaches an envelope."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from toolsafe.adapters.envelope import AnySuccess, ToolError, to_wire
@@ -40,6 +41,15 @@ FRAGMENTS: Final = (
 )
 
 TEXT: Final = " ".join((MARKER, *SECRETS, *INSTRUCTIONS))
+
+
+SIMULATED_UPSTREAM_CODES: Final[Mapping[str, str]] = {
+    "IGNORE_PREVIOUS_INSTRUCTIONS": "a hostile upstream's error code that is an instruction",
+    "BAD_THING": "a hostile upstream's unknown error code",
+    "CONFORMANCE_DECLINED": "the failure a 200 body reports in the failure-body scenario",
+}
+"""Codes the fault proxy puts in the bodies it serves: someone else's API's words, which
+the adapter under test must never pass through as its own."""
 
 
 def error_bodies() -> list[tuple[int, str, bytes]]:
