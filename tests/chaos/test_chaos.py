@@ -19,10 +19,6 @@ from toolsafe.tasks.faults import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
-# conftest's lock on the session's Redis db: a broker flush must leave it in place.
-REDIS_LOCK_KEY = "toolsafe-test-session-lock"
-
-
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -59,7 +55,7 @@ def chaos_database(pg_url: str) -> Iterator[str]:
 
 
 def test_chaos_run_keeps_the_invariant(
-    chaos_database: str, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    chaos_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report_path = tmp_path / "report.json"
     restart = pg_restart_command()
@@ -67,7 +63,8 @@ def test_chaos_run_keeps_the_invariant(
     code = main(
         [
             "chaos",
-            "--broker", redis_url,
+            # A Redis server of the run's own, killed with SIGKILL and started again once.
+            "--redis-restarts", "1",
             "--database", chaos_database,
             "--steps", "300",
             "--workers", "3",
@@ -79,7 +76,6 @@ def test_chaos_run_keeps_the_invariant(
             "--bound", "150",
             "--workdir", str(tmp_path / "run"),
             "--report", str(report_path),
-            "--keep-key", REDIS_LOCK_KEY,
             *restart_options,
         ]
     )  # fmt: skip
@@ -92,6 +88,9 @@ def test_chaos_run_keeps_the_invariant(
     # Every planned kill fired, five at each named point, and each killed its worker.
     assert report["kills_fired"] == {point: 5 for point in POINTS}, printed
     assert report["worker_exits"].get("SIGKILL", 0) >= 30, printed
+    # No worker died of anything but those kills, not even of the Redis restart.
+    assert report["unplanned_worker_exits"] == 0, printed
+    assert report["faults"]["redis server restart"] == 1
     assert report["faults"]["broker flush"] == 1
     assert report["faults"]["postgres connection-kill round"] == 1
     if restart:
@@ -107,3 +106,43 @@ def test_chaos_run_keeps_the_invariant(
     assert counts["final_escalations_by_reason"].get("VERSION_CONFLICT") == 30
     assert report["exported"]["counts up"] == 1.0  # a worker served /metrics
     assert "invariant violations: 0" in printed
+
+
+def test_ten_hard_redis_restarts_under_load_kill_no_worker(
+    chaos_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's own Redis server SIGKILLed and started again 10 times while steps flow
+    (no other fault): no worker exits, and every step ends in its scenario's expected
+    state; a succeeded step has exactly one downstream effect (the invariant: at most one,
+    and none is a violation), an escalated conflict none."""
+    from toolsafe.chaos.plan import Timing, scenarios
+
+    report_path = tmp_path / "report.json"
+    code = main(
+        [
+            "chaos",
+            "--redis-restarts", "10",
+            "--database", chaos_database,
+            "--steps", "300",
+            "--workers", "3",
+            "--kills", "0",
+            "--broker-flushes", "0",
+            "--db-kill-rounds", "0",
+            "--duplicates", "0",
+            "--seed", "11",
+            "--bound", "150",
+            "--workdir", str(tmp_path / "run"),
+            "--report", str(report_path),
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    report = json.loads(report_path.read_text("utf-8"))
+    assert report["violations"] == [], printed
+    assert code == 0, printed
+    assert report["faults"]["redis server restart"] == 10, printed
+    assert len(report["broker_restart_seconds"]) == 10
+    assert report["worker_exits"] == {}, printed
+    assert report["unplanned_worker_exits"] == 0
+    expected = {s.name: {s.expected.value: 30} for s in scenarios(Timing())}
+    assert report["scenarios"] == expected, printed
+    assert report["counts"]["unknown_outcomes"]["open"] == 0

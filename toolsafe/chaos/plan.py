@@ -209,9 +209,11 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         else []
     )
     # Broker restarts strike while work is in flight: from the second batch on, never
-    # after the last, so that steps are still arriving when the broker comes back.
+    # after the last, so that steps are still arriving when the broker comes back. Drawn
+    # from a generator of their own: adding them moves no other fault of the schedule.
+    broker_rng = random.Random(f"{seed}/redis-restarts")
     broker_after = (
-        _spread(rng, max(len(batches) - 1, 1), size.redis_restarts, earliest=1)
+        _spread(broker_rng, max(len(batches) - 1, 1), size.redis_restarts, earliest=1)
         if size.redis_restarts
         else []
     )
