@@ -1,11 +1,13 @@
 """The durable step store: one class over SQLAlchemy Core, its statements and sweeps.
 
 ``steps`` holds :class:`StepStore`; ``ops`` the guarded statements, ``sql`` their
-dialect-specific forms, ``sweep`` the sweeper's queries.
+dialect-specific forms, ``sweep`` the sweeper's queries, ``outbox`` the escalation
+notices owed to handlers.
 """
 
 from __future__ import annotations
 
+from toolsafe.recovery.store.outbox import Outbox, OutboxNotice
 from toolsafe.recovery.store.steps import (
     CONCURRENT_CHANGE,
     Claim,
@@ -29,6 +31,8 @@ __all__ = [
     "InvalidOperationRef",
     "Jitter",
     "OperationRefConflict",
+    "Outbox",
+    "OutboxNotice",
     "Recorded",
     "StepNotFound",
     "StepRecord",

@@ -79,9 +79,7 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
     )
     # Oldest due first; the id breaks ties, so equal due times hand out the same steps
     # in the same order on every database and every run.
-    candidates = (
-        select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
-    )
+    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
         candidates = candidates.with_for_update(skip_locked=True)

@@ -76,16 +76,28 @@ def fresh_database(pg_url: str, suffix: str) -> Iterator[str]:
 
 
 class Webhook:
-    """An HTTP server that records the escalation notices POSTed to it."""
+    """An HTTP server that records the escalation notices POSTed to it (and their
+    ``Idempotency-Key``); it answers 503 to the next ``failures`` posts."""
 
     def __init__(self) -> None:
         received: list[dict[str, Any]] = []
+        keys: list[str] = []
         self.received = received
+        self.keys = keys
+        self.failures = 0
+        webhook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                received.append(json.loads(self.rfile.read(length)))
+                body = json.loads(self.rfile.read(length))
+                if webhook.failures > 0:
+                    webhook.failures -= 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                received.append(body)
+                keys.append(self.headers.get("Idempotency-Key", ""))
                 self.send_response(204)
                 self.end_headers()
 
@@ -172,6 +184,7 @@ class Cluster:
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
         via_cli: bool = False,
+        queues: tuple[str, ...] = QUEUES,
     ) -> Worker:
         """A ``celery -A toolsafe worker`` (or ``toolsafe worker``) subprocess."""
         unique = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -181,7 +194,7 @@ class Cluster:
             command = [sys.executable, "-m", "toolsafe", "worker"]
         else:
             command = [sys.executable, "-m", "celery", "-A", "toolsafe", "worker"]
-            command += ["-Q", ",".join(QUEUES)]
+            command += ["-Q", ",".join(queues)]
         command += [
             "-P", pool, "-c", str(concurrency), "-n", f"{unique}@%h",
             "--loglevel", "INFO", "--without-mingle",
