@@ -403,7 +403,8 @@ class HttpAdapter(Adapter[InputT]):
 
     def lookup(self, operation_ref: str) -> LookupResult:
         """GET ``lookup_path?<lookup_param>=<operation_ref>``: 200 found, 404 not found,
-        anything else (or no answer) unavailable."""
+        anything else (or no answer) unavailable, with the answer's ``Retry-After`` (clamped
+        to ``max_retry_after``) for the runtime to honour."""
         path = self.lookup_path or self.path
         try:
             request = self.client.build_request(
@@ -433,7 +434,12 @@ class HttpAdapter(Adapter[InputT]):
                 if evidence is not None:
                     return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
             return LookupUnavailable(checked_at=now, code="LOOKUP_UNREADABLE")
-        return LookupUnavailable(checked_at=now, code=f"LOOKUP_HTTP_{observed.status}")
+        asked = self._not_before(observed)  # a 503's (or 429's) Retry-After, clamped
+        return LookupUnavailable(
+            checked_at=now,
+            code=f"LOOKUP_HTTP_{observed.status}",
+            retry_after=None if asked is None else asked[0] - observed.received_at,
+        )
 
 
 class HttpWriteAdapter(HttpAdapter[InputT]):

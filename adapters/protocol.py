@@ -45,10 +45,12 @@ class LookupNotFound:
 
 @dataclass(frozen=True)
 class LookupUnavailable:
-    """The lookup itself could not be answered; nothing is known."""
+    """The lookup itself could not be answered; nothing is known. ``retry_after`` is the
+    wait the downstream asked for (its ``Retry-After``), if it said."""
 
     checked_at: datetime
     code: str = "LOOKUP_UNAVAILABLE"
+    retry_after: timedelta | None = None
 
 
 LookupResult = LookupFound | LookupNotFound | LookupUnavailable

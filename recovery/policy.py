@@ -32,12 +32,18 @@ class VerificationPolicy:
     # Re-check delays while "not found" inside the consistency window.
     base_delay: timedelta = timedelta(milliseconds=500)
     max_delay: timedelta = timedelta(seconds=30)
-    # "Lookup unavailable" this many times in a row escalates.
+    # An unavailable lookup escalates only once this much time has passed since the write
+    # was sent (the verification's time budget) ...
+    budget: timedelta = timedelta(minutes=10)
+    # ... and at least this many lookups in a row were unavailable (an operator's re-drive
+    # of an old step gets that many fresh tries). Without a send time, the count alone.
     max_unavailable: int = 5
 
     def __post_init__(self) -> None:
         if self.max_unavailable < 1:
             raise ValueError("max_unavailable must be at least 1")
+        if self.budget <= timedelta(0):
+            raise ValueError("budget must be positive")
         if self.base_delay < timedelta(0) or self.max_delay < self.base_delay:
             raise ValueError("need 0 <= base_delay <= max_delay")
 

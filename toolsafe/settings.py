@@ -30,6 +30,7 @@ POLICY_KEYS: Final = (
     "verify_base_delay",
     "verify_max_delay",
     "max_lookups_unavailable",
+    "verify_budget",
     "loop_guard",
 )
 
@@ -57,6 +58,8 @@ class PolicySettings:
     verify_base_delay: float = 0.5
     verify_max_delay: float = 30.0
     max_lookups_unavailable: int = 5
+    # Seconds an unknown outcome may stay unverifiable (lookup down) before it escalates.
+    verify_budget: float = 600.0
     loop_guard: int = 3
 
     def policy(self) -> Policy:
@@ -71,6 +74,7 @@ class PolicySettings:
                 base_delay=timedelta(seconds=self.verify_base_delay),
                 max_delay=timedelta(seconds=self.verify_max_delay),
                 max_unavailable=self.max_lookups_unavailable,
+                budget=timedelta(seconds=self.verify_budget),
             ),
             loop_guard=self.loop_guard,
         )
@@ -179,6 +183,7 @@ class Settings:
             verify_base_delay=reader.number("TOOLSAFE_VERIFY_BASE_DELAY", 0.5),
             verify_max_delay=reader.number("TOOLSAFE_VERIFY_MAX_DELAY", 30.0),
             max_lookups_unavailable=reader.integer("TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE", 5),
+            verify_budget=reader.number("TOOLSAFE_VERIFY_BUDGET", 600.0),
             loop_guard=reader.integer("TOOLSAFE_LOOP_GUARD", 3),
         )
         fault_plan = reader.text("TOOLSAFE_FAULT_PLAN")
@@ -225,6 +230,7 @@ def _check_policy(values: PolicySettings, tool: str) -> None:
         ("VERIFY_MAX_DELAY", values.verify_max_delay >= values.verify_base_delay,
          "must be at least the verification base delay"),
         ("MAX_LOOKUPS_UNAVAILABLE", values.max_lookups_unavailable >= 1, "must be at least 1"),
+        ("VERIFY_BUDGET", values.verify_budget > 0, "must be greater than 0"),
         ("LOOP_GUARD", values.loop_guard >= 1, "must be at least 1"),
     ]  # fmt: skip
     for suffix, ok, problem in checks:

@@ -27,7 +27,7 @@ def pg_restart_command() -> str | None:
     pg_ctlcluster, one cluster); CI runs as root on such a machine and must restart it."""
     clusters = Path("/etc/postgresql")
     versions = sorted(p.name for p in clusters.iterdir()) if clusters.is_dir() else []
-    usable = (
+    usable = IN_CI and (  # lead: never restart the shared server outside CI
         shutil.which("pg_ctlcluster") is not None
         and hasattr(os, "geteuid")
         and os.geteuid() == 0

@@ -49,6 +49,8 @@ FAST_SETTINGS = {
     "TOOLSAFE_VERIFY_BASE_DELAY": "0.2",
     "TOOLSAFE_VERIFY_MAX_DELAY": "0.5",
     "TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE": "3",
+    # A lookup that stays down escalates after seconds here (the default is minutes).
+    "TOOLSAFE_VERIFY_BUDGET": "2",
     "TOOLSAFE_EXAMPLE_TIMEOUT": "1",
     "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "2",
 }

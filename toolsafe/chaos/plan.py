@@ -26,7 +26,7 @@ class Timing:
     consistency_window: float = 3.0  # the adapters' declared window
     visible_after: float = 1.0  # eventual consistency: inside the window, by design
     retry_after: float = 1.0  # the downstream's Retry-After on a rate limit
-    lookup_down_times: int = 2  # lookups answered 503 (fewer than max_unavailable)
+    lookup_down_times: int = 2  # lookups answered 503 (a short outage, inside the budget)
 
     def __post_init__(self) -> None:
         if self.visible_after >= self.consistency_window:
