@@ -175,6 +175,7 @@ class StepEvent(Base):
 
 
 NOTICE_OUTCOMES: Final = ("delivered", "step_moved_on")
+OPEN_NOTICE_PREDICATE: Final = "acknowledged_at IS NULL"
 
 
 class EscalationOutbox(Base):
@@ -194,7 +195,7 @@ class EscalationOutbox(Base):
     # Sent this many times, the last at last_sent_at; the next re-send waits
     # TOOLSAFE_ESCALATION_RESEND_AFTER, doubling with every send.
     sends: Mapped[int] = mapped_column(Integer, server_default=text("1"))
-    last_sent_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    last_sent_at: Mapped[datetime] = mapped_column(UTCDateTime)
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     outcome: Mapped[str | None] = mapped_column(String(32))
 
@@ -202,6 +203,16 @@ class EscalationOutbox(Base):
         CheckConstraint(
             f"outcome IS NULL OR {_in_list('outcome', NOTICE_OUTCOMES)}", name="outcome"
         ),
+        # The sweeper's query reads open notices only: a partial index on PostgreSQL
+        # stays small however many delivered ones pile up.
+        Index(
+            "ix_escalation_outbox_open",
+            "last_sent_at",
+            postgresql_where=text(OPEN_NOTICE_PREDICATE),
+        ).ddl_if(dialect="postgresql"),
+        Index(
+            "ix_escalation_outbox_acknowledged_at_last_sent_at", "acknowledged_at", "last_sent_at"
+        ).ddl_if(dialect="sqlite"),
     )
 
 

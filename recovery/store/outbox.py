@@ -8,9 +8,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, bindparam, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 
-from toolsafe.recovery.schema import NOTICE_OUTCOMES, escalation_outbox
+from toolsafe.recovery.schema import NOTICE_OUTCOMES, OPEN_NOTICE_PREDICATE, escalation_outbox
 
 OUTBOX = escalation_outbox
 
@@ -117,7 +128,8 @@ def _due(now: datetime, resend_after: timedelta) -> ColumnElement[bool]:
         cutoff = now - resend_delay(resend_after, sends)
         count = OUTBOX.c.sends == sends if sends < steps_of_backoff else OUTBOX.c.sends >= sends
         waits.append(and_(count, OUTBOX.c.last_sent_at <= cutoff))
-    return and_(OUTBOX.c.acknowledged_at.is_(None), or_(*waits))
+    # The literal predicate (not a bound one) lets PostgreSQL use the partial index.
+    return and_(text(OPEN_NOTICE_PREDICATE), or_(*waits))
 
 
 def due_notices(

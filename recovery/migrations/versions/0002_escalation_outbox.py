@@ -56,9 +56,19 @@ def upgrade() -> None:
         ),
     )
     op.create_index(op.f("ix_escalation_outbox_step_id"), "escalation_outbox", ["step_id"])
-    op.create_index(
-        op.f("ix_escalation_outbox_last_sent_at"), "escalation_outbox", ["last_sent_at"]
-    )
+    if op.get_bind().dialect.name == "postgresql":
+        op.create_index(
+            op.f("ix_escalation_outbox_open"),
+            "escalation_outbox",
+            ["last_sent_at"],
+            postgresql_where=sa.text("acknowledged_at IS NULL"),
+        )
+    else:
+        op.create_index(
+            op.f("ix_escalation_outbox_acknowledged_at_last_sent_at"),
+            "escalation_outbox",
+            ["acknowledged_at", "last_sent_at"],
+        )
 
 
 def downgrade() -> None:
