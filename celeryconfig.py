@@ -62,15 +62,25 @@ def filesystem_transport_options(broker_url: str) -> dict[str, Any]:
     }
 
 
+def broker_transport(broker_url: str) -> str | None:
+    """toolsafe's own transport for a broker URL, where kombu's needs a guard: the file-
+    system one can hand out half-written messages; the Redis one kills a worker that
+    holds ETA messages when the server is restarted (``toolsafe.broker.redis``)."""
+    scheme = broker_url.partition("://")[0]
+    if scheme == "filesystem":
+        return "toolsafe.broker.filesystem:Transport"
+    if scheme in ("redis", "rediss"):
+        return "toolsafe.broker.redis:Transport"
+    return None
+
+
 def build_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings for one app (``Settings`` refused unsafe combinations already,
     the visibility timeout rule among them)."""
     transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
     transport.update(filesystem_transport_options(settings.broker_url))
-    fs_broker = settings.broker_url.startswith("filesystem://")
     return {
-        # kombu's own file-system transport can hand out half-written messages.
-        "broker_transport": "toolsafe.broker.filesystem:Transport" if fs_broker else None,
+        "broker_transport": broker_transport(settings.broker_url),
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend,
         "broker_transport_options": dict(transport),

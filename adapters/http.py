@@ -474,7 +474,9 @@ class HttpAdapter(Adapter[InputT]):
     def parse_lookup(self, observed: Observed, operation_ref: str) -> LookupResult:
         """404 (with a not-found code) → not found; a 2xx in the ``lookup_returns`` shape
         → found with evidence, or not found for an empty list; anything else is
-        unavailable: a lookup that cannot be read never says "not there"."""
+        unavailable: a lookup that cannot be read never says "not there". An unavailable
+        answer carries its ``Retry-After`` (clamped to ``max_retry_after``) for the
+        runtime to honour."""
         now = observed.received_at
         if observed.status == 404:
             upstream, _ = self.upstream_error(observed.json_object() or {})
@@ -482,7 +484,12 @@ class HttpAdapter(Adapter[InputT]):
                 return LookupNotFound(checked_at=now)
             return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNEXPECTED_404)
         if not 200 <= observed.status < 300:
-            return LookupUnavailable(checked_at=now, code=codes.lookup_http(observed.status))
+            asked = self._not_before(observed)  # a 503's (or 429's) Retry-After, clamped
+            return LookupUnavailable(
+                checked_at=now,
+                code=codes.lookup_http(observed.status),
+                retry_after=None if asked is None else asked[0] - observed.received_at,
+            )
         if self.lookup_returns == "list":
             items = self.lookup_items(observed)
             if items is None:

@@ -47,10 +47,12 @@ class LookupNotFound:
 @dataclass(frozen=True)
 class LookupUnavailable:
     """The lookup itself could not be answered; nothing is known. ``code`` says why:
-    toolsafe's own adapters and guard use ``toolsafe.adapters.codes.LOOKUP_CODES``."""
+    toolsafe's own adapters and guard use ``toolsafe.adapters.codes.LOOKUP_CODES``;
+    ``retry_after`` is the wait the downstream asked for (its ``Retry-After``), if it said."""
 
     checked_at: datetime
     code: str = LOOKUP_UNSPECIFIED
+    retry_after: timedelta | None = None
 
 
 LookupResult = LookupFound | LookupNotFound | LookupUnavailable

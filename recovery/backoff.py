@@ -24,6 +24,19 @@ def retry_delay(policy: Policy, attempts: int, rng: random.Random) -> timedelta:
     return full_jitter(policy.retry.base_delay, policy.retry.max_delay, attempts - 1, rng)
 
 
+def unavailable_delay(
+    policy: Policy, unavailable: int, retry_after: timedelta | None, rng: random.Random
+) -> timedelta:
+    """Delay before looking again after the ``unavailable``-th unavailable lookup in a row:
+    the jittered backoff, or the downstream's ``Retry-After`` when that is longer (plus a
+    little jitter, so that steps the same outage hit do not come back in lockstep)."""
+    delay = verification_delay(policy, unavailable, rng)
+    if retry_after is not None and retry_after > delay:
+        spread = min(retry_after * 0.1, policy.verification.max_delay)
+        delay = retry_after + timedelta(seconds=rng.uniform(0.0, spread.total_seconds()))
+    return delay
+
+
 def verification_delay(policy: Policy, verification_attempts: int, rng: random.Random) -> timedelta:
     """Delay before the next lookup; ``verification_attempts`` 0 is the short first check."""
     verification = policy.verification

@@ -13,7 +13,7 @@ from toolsafe.adapters.envelope import AnySuccess, CommitState, ToolError, flagg
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
 from toolsafe.recovery import reasons as R
-from toolsafe.recovery.backoff import retry_delay, verification_delay
+from toolsafe.recovery.backoff import retry_delay, unavailable_delay, verification_delay
 from toolsafe.recovery.fingerprint import error_fingerprint
 from toolsafe.recovery.outcomes import (
     Action,
@@ -277,20 +277,41 @@ def _looked_up(
             return _escalate(step, R.ATTEMPTS_EXHAUSTED, "not_committed", **reset)
         return _to(step, S.WAITING_RETRY, "run", "not_committed", due_at=now, **reset)
     if isinstance(result, LookupUnavailable):
-        unavailable = step.lookups_unavailable + 1
-        if unavailable >= policy.verification.max_unavailable:
-            return _escalate(
-                step, R.LOOKUP_UNAVAILABLE, step.commit_state, lookups_unavailable=unavailable
-            )
-        return _to(
-            step,
-            S.VERIFYING,
-            "verify",
-            step.commit_state,
-            due_at=now + verification_delay(policy, unavailable, rng),
-            lookups_unavailable=unavailable,
-        )
+        return _lookup_unavailable(step, result, now, policy, rng)
     assert_never(result)
+
+
+def _lookup_unavailable(
+    step: StepSnapshot,
+    result: LookupUnavailable,
+    now: datetime,
+    policy: Policy,
+    rng: random.Random,
+) -> Decision:
+    """Look again later, within the verification's time budget (counted from the send
+    of the write); escalate only once the budget is spent and the lookup was unavailable
+    ``max_unavailable`` times in a row. A short outage of the lookup is outlasted."""
+    verification = policy.verification
+    unavailable = step.lookups_unavailable + 1
+    deadline = None if step.last_sent_at is None else step.last_sent_at + verification.budget
+    enough = unavailable >= verification.max_unavailable
+    if enough and (deadline is None or now >= deadline):
+        return _escalate(
+            step, R.LOOKUP_UNAVAILABLE, step.commit_state, lookups_unavailable=unavailable
+        )
+    due_at = now + unavailable_delay(policy, unavailable, result.retry_after, rng)
+    if deadline is not None and now < deadline:
+        # The last look falls on the deadline, never after it: a Retry-After longer than
+        # what is left of the budget is honoured only that far.
+        due_at = min(due_at, deadline)
+    return _to(
+        step,
+        S.VERIFYING,
+        "verify",
+        step.commit_state,
+        due_at=due_at,
+        lookups_unavailable=unavailable,
+    )
 
 
 def _lease_expired(

@@ -18,6 +18,7 @@ KNOBS: Final = (
     "verify_base_delay",
     "verify_max_delay",
     "max_lookups_unavailable",
+    "verify_budget",
     "loop_guard",
 )
 
@@ -79,7 +80,11 @@ class VerificationPolicy:
     # Re-check delays while "not found" inside the consistency window.
     base_delay: timedelta = timedelta(milliseconds=500)
     max_delay: timedelta = timedelta(seconds=30)
-    # "Lookup unavailable" this many times in a row escalates.
+    # An unavailable lookup escalates only once this much time has passed since the write
+    # was sent (the verification's time budget) ...
+    budget: timedelta = timedelta(minutes=10)
+    # ... and at least this many lookups in a row were unavailable (an operator's re-drive
+    # of an old step gets that many fresh tries). Without a send time, the count alone.
     max_unavailable: int = 5
 
     def __post_init__(self) -> None:
@@ -100,6 +105,12 @@ class VerificationPolicy:
             "verify_max_delay",
             "verification max_delay",
             "must be at least the verification base_delay",
+        )
+        _check(
+            self.budget > timedelta(0),
+            "verify_budget",
+            "verification budget",
+            "must be greater than 0",
         )
 
 
@@ -140,6 +151,7 @@ def knobs_of(policy: Policy) -> dict[str, float]:
         "verify_base_delay": verification.base_delay.total_seconds(),
         "verify_max_delay": verification.max_delay.total_seconds(),
         "max_lookups_unavailable": verification.max_unavailable,
+        "verify_budget": verification.budget.total_seconds(),
         "loop_guard": policy.loop_guard,
     }
 
@@ -162,6 +174,7 @@ def policy_from_knobs(knobs: Mapping[str, float]) -> Policy:
             base_delay=_seconds(values, "verify_base_delay"),
             max_delay=_seconds(values, "verify_max_delay"),
             max_unavailable=int(values["max_lookups_unavailable"]),
+            budget=_seconds(values, "verify_budget"),
         ),
         loop_guard=int(values["loop_guard"]),
     )

@@ -28,7 +28,10 @@ REASONS: Final[dict[str, str]] = {
     LOOP_GUARD: "the same error fingerprint K times in a row (policy.loop_guard)",
     NOT_BEFORE_TOO_FAR: "the adapter's not_before is beyond policy.retry.longest_wait",
     UNVERIFIABLE_UNKNOWN: "a write's outcome is unknown and the tool has no lookup",
-    LOOKUP_UNAVAILABLE: "the lookup was unavailable policy.verification.max_unavailable times",
+    LOOKUP_UNAVAILABLE: (
+        "the lookup stayed unavailable for the verification budget "
+        "(policy.verification.budget, at least max_unavailable lookups in a row)"
+    ),
     NO_LOOKUP: "a verification was due but the tool has no lookup",
     OPERATION_REF_MISMATCH: "a read returned an envelope for another operation_ref",
     REJECTED: "a human rejected the approval request (failed)",

@@ -115,6 +115,8 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
     elif isinstance(result, LookupUnavailable):
         summary["unavailable"] = True
         summary["code"] = result.code
+        if result.retry_after is not None:
+            summary["retry_after_seconds"] = result.retry_after.total_seconds()
     return {"lookup": summary}
 
 

@@ -1,5 +1,6 @@
-"""The step store's tables as SQLAlchemy 2 models: ``steps`` and the append-only
-``step_events``. The Alembic migrations in ``recovery/migrations`` must produce exactly this."""
+"""The step store's tables as SQLAlchemy 2 models: ``steps``, the append-only
+``step_events`` and the ``escalation_outbox``. The Alembic migrations in
+``recovery/migrations`` must produce exactly this."""
 
 from __future__ import annotations
 
@@ -173,8 +174,51 @@ class StepEvent(Base):
     )
 
 
+NOTICE_OUTCOMES: Final = ("delivered", "step_moved_on")
+OPEN_NOTICE_PREDICATE: Final = "acknowledged_at IS NULL"
+
+
+class EscalationOutbox(Base):
+    """One escalation notice owed to the handlers (R9), written in the transaction that
+    escalated the step; re-sent by the sweeper until a handler run acknowledges it."""
+
+    __tablename__ = "escalation_outbox"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    step_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("steps.id", ondelete="CASCADE"), index=True
+    )
+    operation_ref: Mapped[str] = mapped_column(String(200))
+    # Stable across re-sends, new for each escalation of the same step.
+    dedup_key: Mapped[str] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Sent this many times, the last at last_sent_at; the next re-send waits
+    # TOOLSAFE_ESCALATION_RESEND_AFTER, doubling with every send.
+    sends: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    last_sent_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(32))
+
+    __table_args__ = (
+        CheckConstraint(
+            f"outcome IS NULL OR {_in_list('outcome', NOTICE_OUTCOMES)}", name="outcome"
+        ),
+        # The sweeper's query reads open notices only: a partial index on PostgreSQL
+        # stays small however many delivered ones pile up.
+        Index(
+            "ix_escalation_outbox_open",
+            "last_sent_at",
+            postgresql_where=text(OPEN_NOTICE_PREDICATE),
+        ).ddl_if(dialect="postgresql"),
+        Index(
+            "ix_escalation_outbox_acknowledged_at_last_sent_at", "acknowledged_at", "last_sent_at"
+        ).ddl_if(dialect="sqlite"),
+    )
+
+
 steps = cast(Table, Step.__table__)
 step_events = cast(Table, StepEvent.__table__)
+escalation_outbox = cast(Table, EscalationOutbox.__table__)
 
 
 def include_object(dialect: str) -> Callable[[Any, str | None, str, bool, Any], bool]:

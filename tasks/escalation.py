@@ -3,6 +3,11 @@
 The durable record is the step row in state ``escalated``; these handlers only carry a
 notification. A log line always; a webhook when configured; user handlers named by
 import path in ``TOOLSAFE_ESCALATION_HANDLERS`` (``package.module:function``).
+
+Delivery is at least once: the notice is an outbox row written with the escalation, and
+the sweeper sends it again until one run of every handler succeeded. A handler can see
+the same notice more than once; ``notice.dedup_key`` is the same every time (and new for
+each escalation of a step), so a handler that must act once keeps the keys it has seen.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class EscalationNotice:
     """The redacted view of an escalated step that handlers receive."""
 
     operation_ref: str
+    # The same on every re-send of this escalation: handlers drop repeats by it.
+    dedup_key: str
     tool: str
     reason: str | None
     state: str
@@ -38,9 +45,12 @@ class EscalationNotice:
     history: tuple[HistoryEntry, ...]
 
     @classmethod
-    def from_step(cls, step: StepRecord, events: Sequence[EventRecord]) -> EscalationNotice:
+    def from_step(
+        cls, step: StepRecord, events: Sequence[EventRecord], dedup_key: str
+    ) -> EscalationNotice:
         return cls(
             operation_ref=step.operation_ref,
+            dedup_key=dedup_key,
             tool=step.tool,
             reason=step.reason,
             state=str(step.state),
@@ -77,7 +87,8 @@ def log_handler(notice: EscalationNotice) -> None:
 
 
 class WebhookHandler:
-    """POSTs the notice as JSON; a non-2xx answer is an error the task logs."""
+    """POSTs the notice as JSON with its dedup key as ``Idempotency-Key``; a non-2xx
+    answer is an error the task logs, and the notice is sent again later."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url
@@ -88,7 +99,7 @@ class WebhookHandler:
             self.url,
             json=notice.as_dict(),
             timeout=self.timeout,
-            headers={"Idempotency-Key": f"escalation:{notice.operation_ref}"},
+            headers={"Idempotency-Key": notice.dedup_key},
         )
         response.raise_for_status()
 

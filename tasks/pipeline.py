@@ -186,19 +186,36 @@ def _record(
 
 
 def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_ref: str) -> str:
-    """Tell the escalation handlers about a step that is (still) escalated."""
+    """Tell the escalation handlers about a step that is (still) escalated, and close its
+    outbox notice once every handler took it; a failed handler leaves it open for the
+    sweeper to send again (at least once, with a stable dedup key)."""
+    store = runtime.store
     try:
-        step = runtime.store.get(operation_ref)
+        step = store.get(operation_ref)
     except StepNotFound:
         _event("escalation_noop", operation_ref)
         return "noop"
+    owed = store.outbox.notices(operation_ref, open_only=True)
     if step.state is not StepState.ESCALATED:
         # Resolved before the notification ran: nothing to tell.
+        for stale in owed:
+            store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
         _event("escalation_noop", operation_ref)
         return "noop"
-    notice = EscalationNotice.from_step(step, runtime.store.events(operation_ref))
+    if not owed:
+        # Taken already (a duplicate or late hint): handlers heard of it once.
+        _event("escalation_noop", operation_ref, reason="delivered")
+        return "noop"
+    *earlier, current = owed
+    for stale in earlier:  # escalations the step has since left (re-driven, escalated again)
+        store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
+    notice = EscalationNotice.from_step(step, store.events(operation_ref), current.dedup_key)
     failed = notify(handlers, notice)
-    return "notified" if not failed else "handler_failed"
+    if failed:
+        _event("escalation_unacknowledged", operation_ref, failed=",".join(failed))
+        return "handler_failed"
+    store.outbox.acknowledge(current.id, utcnow())
+    return "notified"
 
 
 def sweep(
@@ -239,7 +256,16 @@ def sweep(
         else:
             hints.execute(step.operation_ref, None, now)
         _event("republished", step.operation_ref, state=str(step.state))
-    counts = {"expired": len(expired), "republished": len(due)}
-    if expired or due:
+    # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
+    resend = store.outbox.due(
+        now,
+        limit=settings.sweep_batch,
+        resend_after=timedelta(seconds=settings.escalation_resend_after),
+    )
+    for notice in resend:
+        hints.escalation(notice.operation_ref)
+        _event("escalation_resent", notice.operation_ref, sends=notice.sends)
+    counts = {"expired": len(expired), "republished": len(due), "notices_resent": len(resend)}
+    if expired or due or resend:
         log.info("sweep %s", counts, extra={"event": "sweep", **counts})
     return counts

@@ -44,6 +44,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "POST": "an HTTP method",
     "BEGIN": "SQL",
     "MATERIALIZED": "SQL",
+    "CASCADE": "SQL",
     "NFKC": "a Unicode normal form",
     "SIGKILL": "a signal's name in the chaos report",
     "PYTHONUNBUFFERED": "Python's own environment variable",

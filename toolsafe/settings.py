@@ -86,6 +86,8 @@ class PolicySettings:
     verify_base_delay: float = _DEFAULT_KNOBS["verify_base_delay"]
     verify_max_delay: float = _DEFAULT_KNOBS["verify_max_delay"]
     max_lookups_unavailable: int = int(_DEFAULT_KNOBS["max_lookups_unavailable"])
+    # Seconds an unknown outcome may stay unverifiable (lookup down) before it escalates.
+    verify_budget: float = _DEFAULT_KNOBS["verify_budget"]
     loop_guard: int = int(_DEFAULT_KNOBS["loop_guard"])
 
     def policy(self) -> Policy:
@@ -107,6 +109,7 @@ class PolicySettings:
             verify_base_delay=v["verify_base_delay"],
             verify_max_delay=v["verify_max_delay"],
             max_lookups_unavailable=int(v["max_lookups_unavailable"]),
+            verify_budget=v["verify_budget"],
             loop_guard=int(v["loop_guard"]),
         )
 
@@ -138,6 +141,9 @@ class Settings:
     escalation_webhook_url: str | None = None
     escalation_webhook_timeout: float = 5.0
     escalation_handlers: tuple[str, ...] = ()
+    # An escalation notice no handler run acknowledged is sent again after this long,
+    # doubling after every send (at most 64 times this).
+    escalation_resend_after: float = 60.0
     faults_enabled: bool = False
     fault_plan: str | None = None
     fault_state_dir: str | None = None
@@ -165,6 +171,7 @@ class Settings:
             "TOOLSAFE_MAX_ETA": self.max_eta,
             "TOOLSAFE_VISIBILITY_TIMEOUT": self.visibility_timeout,
             "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": self.escalation_webhook_timeout,
+            "TOOLSAFE_ESCALATION_RESEND_AFTER": self.escalation_resend_after,
             "TOOLSAFE_SWEEP_BATCH": self.sweep_batch,
             "TOOLSAFE_WORKER_ETA_TASK_LIMIT": self.worker_eta_task_limit,
         }
@@ -269,6 +276,7 @@ def _read(reader: Reader) -> Settings:
         escalation_webhook_url=reader.url("TOOLSAFE_ESCALATION_WEBHOOK_URL"),
         escalation_webhook_timeout=reader.number("TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT", 5.0),
         escalation_handlers=reader.handlers("TOOLSAFE_ESCALATION_HANDLERS"),
+        escalation_resend_after=reader.number("TOOLSAFE_ESCALATION_RESEND_AFTER", 60.0),
         faults_enabled=reader.flag("TOOLSAFE_FAULTS_ENABLED"),
         fault_plan=fault_plan,
         fault_state_dir=state_dir,

@@ -164,8 +164,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         fault = state.take_fault(frozenset({"lookup_down"}), resource, ref)
         if fault is not None:
+            asked = fault.params.get("retry_after")
+            headers = {"Retry-After": str(int(asked))} if asked is not None else None
             self._send(503, raw=b"<html><body>lookup unavailable</body></html>",
-                       content_type="text/html")  # fmt: skip
+                       headers=headers, content_type="text/html")  # fmt: skip
             return
         now = datetime.now(UTC)
         with state.lock:

@@ -3,13 +3,15 @@ in-memory one.
 
 ``port`` holds the :class:`StorePort` Protocol every caller is typed against; ``steps``
 holds :class:`StepStore` (``ops`` the guarded statements, ``sql`` their dialect-specific
-forms, ``sweep`` the sweeper's queries); ``memory`` holds :class:`MemoryStore` (``tables``
-its dicts, lists and compare-and-set).
+forms, ``sweep`` the sweeper's queries, ``outbox`` the escalation notices owed to
+handlers); ``memory`` holds :class:`MemoryStore` (``tables`` its dicts, lists and
+compare-and-set).
 """
 
 from __future__ import annotations
 
 from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.outbox import Outbox, OutboxNotice
 from toolsafe.recovery.store.port import CountSources, EventSummary, StepSummary, StorePort
 from toolsafe.recovery.store.steps import (
     CONCURRENT_CHANGE,
@@ -37,6 +39,8 @@ __all__ = [
     "Jitter",
     "MemoryStore",
     "OperationRefConflict",
+    "Outbox",
+    "OutboxNotice",
     "Recorded",
     "StepNotFound",
     "StepRecord",

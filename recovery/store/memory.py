@@ -54,6 +54,7 @@ from toolsafe.recovery.rows import (
     verified_success,
 )
 from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
+from toolsafe.recovery.store.memory_outbox import MemoryOutbox
 from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
 from toolsafe.recovery.store.sql import Change
 from toolsafe.recovery.store.steps import (
@@ -82,6 +83,7 @@ class MemoryStore:
     def __init__(self, *, rng: Jitter | None = None) -> None:
         self._rng = rng or random.Random()
         self._tables = Tables()
+        self.outbox = MemoryOutbox(self._tables)
 
     # -------------------------------------------------------------- transactions
 

@@ -25,13 +25,36 @@ from toolsafe.recovery.records import (
     Submitted,
 )
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.outbox import OutboxNotice
 from toolsafe.recovery.store.steps import Jitter, Validator
 
-__all__ = ["CountSources", "EventSummary", "StepSummary", "StorePort"]
+__all__ = ["CountSources", "EventSummary", "OutboxPort", "StepSummary", "StorePort"]
+
+
+class OutboxPort(Protocol):
+    """The escalation notices owed to handlers (at least once), beside the steps."""
+
+    def notices(self, operation_ref: str, *, open_only: bool = False) -> list[OutboxNotice]:
+        """The step's notices, oldest first (only the unacknowledged ones if asked)."""
+        ...
+
+    def acknowledge(self, notice_id: int, now: datetime, outcome: str = "delivered") -> bool:
+        """Close an open notice; False when it was closed already."""
+        ...
+
+    def due(self, now: datetime, limit: int, resend_after: timedelta) -> list[OutboxNotice]:
+        """Open notices due for a re-send, counted as sent again at ``now``."""
+        ...
 
 
 class StorePort(Protocol):
     """The durable step store as its callers see it (R1-R10)."""
+
+    @property
+    def outbox(self) -> OutboxPort:
+        """The escalation outbox: a notice is written in the same transaction as every
+        move into ``escalated``."""
+        ...
 
     # ---------------------------------------------------------------- submit and read
 

@@ -24,6 +24,8 @@ from sqlalchemy import (
 from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import outbox
 
 
 class Change(NamedTuple):
@@ -41,6 +43,7 @@ _BY_REF_LOCKED = _BY_REF.with_for_update()
 _BY_ID = select(steps).where(steps.c.id == bindparam("id"))
 _EVENT = insert(step_events)
 _CAS: dict[tuple[tuple[str, ...], bool, bool], Update | Select[Any]] = {}
+ESCALATED: Final = StepState.ESCALATED.value
 _EVENT_COLUMNS = ("step_id", "operation_ref", "at", "kind", "from_state", "to_state", "label")
 
 
@@ -196,6 +199,9 @@ def cas_update(
         parameters.update(event_parameters(change, from_state, now))
     statement = _cas_statement(columns, lease_owner is not None, one_statement)
     moved = conn.execute(statement, parameters).first()
+    if moved is not None and moved.state == ESCALATED and from_state != ESCALATED:
+        # The notice the handlers are owed commits with the escalation, or neither does.
+        outbox.add_notice(conn, moved, now)
     if moved is not None and change is not None and not one_statement:
         append_event(
             conn,

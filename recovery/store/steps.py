@@ -48,6 +48,7 @@ from toolsafe.recovery.records import (
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import ops as ops
+from toolsafe.recovery.store import outbox as outbox
 from toolsafe.recovery.store import sql as sql
 from toolsafe.recovery.store import sweep as sweep
 
@@ -150,6 +151,7 @@ class StepStore:
     def __init__(self, engine: Engine, *, rng: Jitter | None = None) -> None:
         self.engine = engine
         self._rng = rng or random.Random()
+        self.outbox = outbox.Outbox(self._write, self._read)
 
     def _write(self, work: Callable[[Connection], T]) -> T:
         def attempt() -> T:

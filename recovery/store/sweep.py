@@ -33,7 +33,7 @@ def expire_leases(
     query = (
         select(steps)
         .where(text(LEASED_STATE_PREDICATE), steps.c.lease_expires_at <= now)
-        .order_by(steps.c.lease_expires_at)
+        .order_by(steps.c.lease_expires_at, steps.c.id)
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
@@ -77,7 +77,9 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
         or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
         or_(steps.c.published_at.is_(None), steps.c.published_at <= cutoff),
     )
-    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at).limit(limit)
+    # Oldest due first; the id breaks ties, so equal due times hand out the same steps
+    # in the same order on every database and every run.
+    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
         candidates = candidates.with_for_update(skip_locked=True)

@@ -15,6 +15,7 @@ from typing import Any, Final
 from toolsafe.recovery.records import EventRecord, StepRecord
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.outbox import OutboxNotice, dedup_key
 from toolsafe.recovery.store.sql import Change
 
 _TIMES: Final = frozenset(
@@ -62,6 +63,9 @@ class Tables:
         self.step_ids = 0
         self.event_ids = 0
         self.undo: list[tuple[str, StepRecord | None]] = []
+        # The escalation outbox (``escalation_outbox``): notices by id, in id order.
+        self.notices: dict[int, OutboxNotice] = {}
+        self.notice_ids = 0
 
     def next_step_id(self) -> int:
         self.step_ids += 1
@@ -72,9 +76,11 @@ class Tables:
         with self.lock:
             self.undo = []
             events_before = len(self.events)
+            notices_before = dict(self.notices)
             try:
                 yield
             except BaseException:
+                self.notices = notices_before
                 for ref, previous in reversed(self.undo):
                     if previous is None:
                         del self.steps[ref]
@@ -146,6 +152,20 @@ class Tables:
         columns = {name: _column(name, value) for name, value in values.items()}
         moved = replace(stored, **columns, version=stored.version + 1, updated_at=utc(now))
         self.put(moved)
+        if moved.state is StepState.ESCALATED and current.state is not StepState.ESCALATED:
+            # The notice the handlers are owed commits with the escalation (as in SQL).
+            self.notice_ids += 1
+            self.notices[self.notice_ids] = OutboxNotice(
+                id=self.notice_ids,
+                step_id=moved.id,
+                operation_ref=moved.operation_ref,
+                dedup_key=dedup_key(moved.operation_ref, moved.version),
+                created_at=utc(now),
+                sends=1,
+                last_sent_at=utc(now),
+                acknowledged_at=None,
+                outcome=None,
+            )
         if change is not None:
             self.append(
                 operation_ref=moved.operation_ref,

@@ -19,7 +19,7 @@ from tests.adapters.probe_adapters import (
 )
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, flagged_fields
 from toolsafe.adapters.guard import call_adapter
-from toolsafe.adapters.http import HttpAdapter
+from toolsafe.adapters.http import HttpAdapter, HttpSettings
 from toolsafe.adapters.protocol import CallContext, LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.harness import free_port  # a port nothing listens on
 
@@ -390,3 +390,15 @@ def test_lookup_unreachable_is_unavailable() -> None:
     found = ProbeWrite(settings(f"http://127.0.0.1:{free_port()}")).lookup(REF)
     assert isinstance(found, LookupUnavailable)
     assert found.code == "LOOKUP_UNREACHABLE"
+
+
+def test_lookup_unavailable_carries_the_retry_after_it_was_given() -> None:
+    found, _ = _lookup(answer(503, "<html>down</html>", headers={"Retry-After": "12"}))
+    assert isinstance(found, LookupUnavailable)
+    assert (found.code, found.retry_after) == ("LOOKUP_HTTP_503", timedelta(seconds=12))
+    # Clamped like an execution's Retry-After; absent when the downstream said nothing.
+    huge, _ = _lookup(answer(503, "", headers={"Retry-After": "999999"}))
+    assert isinstance(huge, LookupUnavailable)
+    assert huge.retry_after == HttpSettings(base_url="http://x").max_retry_after
+    silent, _ = _lookup(answer(503, "<html>down</html>"))
+    assert isinstance(silent, LookupUnavailable) and silent.retry_after is None

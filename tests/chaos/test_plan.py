@@ -76,6 +76,25 @@ def test_database_restarts_are_scheduled_after_a_third_of_the_steps() -> None:
     assert schedule.steps == plain.steps
 
 
+def test_redis_restarts_strike_while_steps_are_still_arriving() -> None:
+    from dataclasses import replace
+
+    plain = build_schedule(6, SIZE)
+    assert plain.count("restart_broker") == 0
+    schedule = build_schedule(6, replace(SIZE, redis_restarts=10))
+    assert schedule.count("restart_broker") == 10
+    assert schedule == build_schedule(6, replace(SIZE, redis_restarts=10))
+    submits = [n for n, a in enumerate(schedule.actions) if a.kind == "submit"]
+    for number, action in enumerate(schedule.actions):
+        if action.kind == "restart_broker":
+            # After the first batch, before the last: work is in flight and more comes.
+            assert submits[0] < number < submits[-1]
+    # The scenarios, kills and the other faults do not move when restarts are added.
+    assert schedule.steps == plain.steps
+    others = [a for a in schedule.actions if a.kind != "restart_broker"]
+    assert others == list(plain.actions)
+
+
 def test_every_scenario_is_used_evenly() -> None:
     schedule = build_schedule(1, ScheduleSize(steps=100, kills=0))
     names = [step.scenario for step in schedule.steps]

@@ -45,6 +45,8 @@ FAST_SETTINGS = {
     "TOOLSAFE_VERIFY_BASE_DELAY": "0.2",
     "TOOLSAFE_VERIFY_MAX_DELAY": "0.5",
     "TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE": "3",
+    # A lookup that stays down escalates after seconds here (the default is minutes).
+    "TOOLSAFE_VERIFY_BUDGET": "2",
     "TOOLSAFE_EXAMPLE_TIMEOUT": "1",
     "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "2",
 }
@@ -72,16 +74,28 @@ def fresh_database(pg_url: str, suffix: str) -> Iterator[str]:
 
 
 class Webhook:
-    """An HTTP server that records the escalation notices POSTed to it."""
+    """An HTTP server that records the escalation notices POSTed to it (and their
+    ``Idempotency-Key``); it answers 503 to the next ``failures`` posts."""
 
     def __init__(self) -> None:
         received: list[dict[str, Any]] = []
+        keys: list[str] = []
         self.received = received
+        self.keys = keys
+        self.failures = 0
+        webhook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                received.append(json.loads(self.rfile.read(length)))
+                body = json.loads(self.rfile.read(length))
+                if webhook.failures > 0:
+                    webhook.failures -= 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                received.append(body)
+                keys.append(self.headers.get("Idempotency-Key", ""))
                 self.send_response(204)
                 self.end_headers()
 
@@ -137,6 +151,7 @@ class Cluster:
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
         via_cli: bool = False,
+        queues: tuple[str, ...] = QUEUES,
     ) -> Process:
         """A ``celery -A toolsafe worker`` (or ``toolsafe worker``) subprocess."""
         unique = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -144,7 +159,7 @@ class Cluster:
             name=unique,
             # `toolsafe worker` adds the queues itself.
             app=None if via_cli else "toolsafe",
-            queues=() if via_cli else QUEUES,
+            queues=() if via_cli else queues,
             pool=pool,
             concurrency=concurrency,
             beat_schedule=self.directory / f"{unique}-beat" if beat else None,

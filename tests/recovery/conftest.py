@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, delete
 
 from toolsafe.recovery.db import make_engine, migrate, normalize_url
-from toolsafe.recovery.schema import step_events, steps
+from toolsafe.recovery.schema import escalation_outbox, step_events, steps
 from toolsafe.recovery.store import StepStore
 
 
@@ -50,6 +50,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def empty(engine: Engine) -> None:
     with engine.begin() as conn:
+        conn.execute(delete(escalation_outbox))
         conn.execute(delete(step_events))
         conn.execute(delete(steps))
 

@@ -251,9 +251,13 @@ def test_lookup_unavailable_verifies_again_and_counts() -> None:
     assert decision.verification_attempts is None  # unchanged
 
 
-def test_lookup_unavailable_too_often_escalates() -> None:
+def test_lookup_unavailable_past_the_budget_escalates() -> None:
     limit = POLICY.verification.max_unavailable
-    snapshot = step(S.VERIFYING, commit_state="unknown", lookups_unavailable=limit - 1)
+    budget = POLICY.verification.budget
+    snapshot = step(
+        S.VERIFYING, commit_state="unknown", lookups_unavailable=limit - 1,
+        last_sent_at=NOW - budget,
+    )  # fmt: skip
     decision = run(snapshot, LookedUp(LookupUnavailable(checked_at=NOW)))
     assert_edge(S.VERIFYING, decision, S.ESCALATED)
     assert decision.reason == R.LOOKUP_UNAVAILABLE

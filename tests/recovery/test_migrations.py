@@ -95,7 +95,9 @@ def test_migrate_is_repeatable_and_downgrades(fresh_engine: Engine) -> None:
     migrate(url)
     with fresh_engine.connect() as conn:
         assert _differences(conn) == []
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == (
+            "0002_escalation_outbox"
+        )
 
 
 def _check_values(conn: Connection, constraint: str) -> set[str]:

@@ -93,9 +93,25 @@ def test_due_work_publishes_each_due_step_once_per_interval(store: StepStore) ->
     assert all(step.published_at == T0 for step in due)
     assert all(step.version == 1 for step in due)  # bookkeeping, not a state change
     assert store.due_work(T0 + timedelta(seconds=59), limit=10, republish_after=MINUTE) == []
+    # Equal due times: the step id breaks the tie, so a limit takes the oldest steps.
     again = store.due_work(T0 + MINUTE, limit=2, republish_after=MINUTE)
     assert [step.operation_ref for step in again] == ["r0", "r1"]
+    rest = store.due_work(T0 + MINUTE, limit=2, republish_after=MINUTE)
+    assert [step.operation_ref for step in rest] == ["r2", "future"]
     assert [e.kind for e in store.events("r0")] == ["submitted"]
+
+
+def test_due_work_order_is_the_due_time_then_the_step_id(store: StepStore) -> None:
+    """Many steps due at the same instant, created out of order of their refs: each
+    limited batch is the next ids in order, never an arbitrary pick among equals."""
+    refs = [f"tie{index:02d}" for index in range(12)]
+    for ref in reversed(refs):  # ids ascend in creation order: tie11 gets the lowest
+        create_step(store, "t", {"r": ref}, operation_ref=ref, policy=POLICY, now=T0)
+    create_step(store, "t", {}, operation_ref="earlier", policy=POLICY, now=T0 - MINUTE)
+    taken: list[str] = []
+    while batch := store.due_work(T0, limit=5, republish_after=MINUTE):
+        taken += [step.operation_ref for step in batch]
+    assert taken == ["earlier", *reversed(refs)]
 
 
 def test_due_work_skips_leased_in_flight_and_waiting_steps(store: StepStore) -> None:

@@ -60,8 +60,11 @@ def _events() -> list[EventRecord]:
     ]  # fmt: skip
 
 
+KEY = "escalation:run_1/step_1:v7"
+
+
 def test_notice_is_redacted_and_json_ready() -> None:
-    notice = EscalationNotice.from_step(_step(), _events())
+    notice = EscalationNotice.from_step(_step(), _events(), KEY)
     data = json.loads(json.dumps(notice.as_dict()))
     assert data["reason"] == "LOOKUP_UNAVAILABLE"
     assert data["envelope"] == {"ok": False, "code": "OUTCOME_UNKNOWN"}
@@ -73,10 +76,12 @@ def test_notice_is_redacted_and_json_ready() -> None:
 def test_webhook_posts_the_notice() -> None:
     server = Webhook()
     try:
-        WebhookHandler(server.url, timeout=5)(EscalationNotice.from_step(_step(), _events()))
+        WebhookHandler(server.url, timeout=5)(EscalationNotice.from_step(_step(), _events(), KEY))
     finally:
         server.stop()
     assert server.received[0]["operation_ref"] == "run_1/step_1"
+    # The dedup key travels in the body and as the Idempotency-Key.
+    assert server.received[0]["dedup_key"] == KEY and server.keys == [KEY]
 
 
 def test_handlers_from_settings_run_in_order_and_survive_failures(
@@ -100,7 +105,7 @@ def test_handlers_from_settings_run_in_order_and_survive_failures(
     ]
     RECEIVED.clear()
     with caplog.at_level(logging.WARNING, logger="toolsafe.escalation"):
-        failed = notify(handlers, EscalationNotice.from_step(_step(), _events()))
+        failed = notify(handlers, EscalationNotice.from_step(_step(), _events(), KEY))
     assert failed == ["webhook", "tests.tasks.test_handlers:explode"]
     assert len(RECEIVED) == 1
     events = [getattr(record, "event", None) for record in caplog.records]

@@ -343,10 +343,32 @@ def test_escalate_notifies_every_handler_of_an_escalated_step(
         "escalated",
     )
     assert [entry.kind for entry in notice.history] == kinds(store)
+    # Delivered: a duplicate or late hint tells nobody again (the outbox notice is closed).
+    assert pipeline.escalate(runtime, [("seen", seen.append)], REF) == "noop"
+    assert len(seen) == 1
+    [closed] = store.outbox.notices(REF)
+    assert not closed.open and closed.outcome == "delivered"
+
+
+def test_a_failing_escalation_handler_leaves_the_notice_open_for_a_resend(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+    adapter.answers.append(conflict)
+    pipeline.execute(runtime, hints, REF)
+    seen: list[EscalationNotice] = []
+
+    def broken(notice: EscalationNotice) -> None:
+        raise RuntimeError("handler down")
+
     assert pipeline.escalate(runtime, [("broken", broken), ("seen", seen.append)], REF) == (
         "handler_failed"
     )
-    assert len(seen) == 2  # a failing handler does not keep the others from hearing
+    assert len(seen) == 1  # a failing handler does not keep the others from hearing
+    [owed] = store.outbox.notices(REF, open_only=True)
+    assert pipeline.escalate(runtime, [("seen", seen.append)], REF) == "notified"
+    assert [n.dedup_key for n in seen] == [owed.dedup_key, owed.dedup_key]
+    assert store.outbox.notices(REF, open_only=True) == []
 
 
 def test_escalate_is_a_noop_once_resolved_or_for_a_missing_step(
@@ -371,7 +393,7 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     submit(runtime, "lost")  # committed, its hint never went out
     verifying_since(runtime, "unchecked")
     counts = pipeline.sweep(runtime, hints)
-    assert counts == {"expired": 1, "republished": 2}
+    assert counts == {"expired": 1, "republished": 2, "notices_resent": 0}
     crashed = store.get("crashed")
     assert (crashed.state, crashed.commit_state) == (S.VERIFYING, "unknown")
     sent = hints.take()
@@ -382,7 +404,7 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     ]
     assert store.get("lost").published_at is not None
     # Just republished: the next sweep leaves them alone.
-    assert pipeline.sweep(runtime, hints) == {"expired": 0, "republished": 0}
+    assert pipeline.sweep(runtime, hints) == {"expired": 0, "republished": 0, "notices_resent": 0}
     assert hints.take() == []
 
 
@@ -391,7 +413,9 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
 ) -> None:
     submit(runtime, "lost")
     backlog = SETTINGS.sweep_batch + 1
-    assert pipeline.sweep(runtime, hints, lambda: backlog) == {"expired": 0, "republished": 0}
+    deferred = pipeline.sweep(runtime, hints, lambda: backlog)
+    assert deferred == {"expired": 0, "republished": 0, "notices_resent": 0}
     assert hints.take() == [] and store.get("lost").published_at is None
-    assert pipeline.sweep(runtime, hints, lambda: None) == {"expired": 0, "republished": 1}
+    resumed = pipeline.sweep(runtime, hints, lambda: None)
+    assert resumed == {"expired": 0, "republished": 1, "notices_resent": 0}
     assert hints.take() == [Hint("execute", "lost")]

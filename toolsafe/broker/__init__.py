@@ -1,1 +1,2 @@
-"""The embedded broker: a kombu file-system transport that needs no server."""
+"""kombu transports with toolsafe's guards: the embedded file-system broker that needs no
+server, and Redis that survives a hard restart of its server."""

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from toolsafe.harness.local import LOCAL_PG_ADMIN, LOCAL_REDIS
+
 EXIT_VIOLATIONS = 1
 
 
@@ -50,6 +52,7 @@ def chaos(args: argparse.Namespace) -> int:
             broker_flushes=args.broker_flushes,
             db_kill_rounds=args.db_kill_rounds,
             db_restarts=args.db_restarts,
+            redis_restarts=args.redis_restarts,
             duplicates=args.duplicates,
             batch=args.batch,
         ),
@@ -61,9 +64,20 @@ def chaos(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir) if args.workdir else None,
         keep_keys=tuple(args.keep_key or ()),
         pg_restart_command=args.pg_restart_command,
+        local_redis=args.local_redis,
+        pg_admin=args.pg_admin,
     )
     if config.size.db_restarts and not config.pg_restart_command:
         sys.stderr.write("toolsafe chaos: --db-restarts needs --pg-restart-command\n")
+        return 2
+    if config.size.redis_restarts < 0:
+        sys.stderr.write("toolsafe chaos: --redis-restarts must not be negative\n")
+        return 2
+    if config.size.redis_restarts and config.broker is not None:
+        sys.stderr.write(
+            "toolsafe chaos: --redis-restarts restarts a Redis server of the run's own; "
+            "leave out --broker\n"
+        )
         return 2
     from toolsafe.harness import HarnessError
 
@@ -84,8 +98,8 @@ def command_line(args: argparse.Namespace) -> str:
     words = ["toolsafe", "chaos"]
     for name in (
         "broker", "database", "steps", "workers", "kills", "broker_flushes", "db_kill_rounds",
-        "db_restarts", "pg_restart_command", "duplicates", "batch", "batch_interval",
-        "max_in_progress", "seed", "bound",
+        "db_restarts", "redis_restarts", "pg_restart_command", "duplicates", "batch",
+        "batch_interval", "max_in_progress", "seed", "bound",
     ):  # fmt: skip
         value = getattr(args, name)
         if value is not None:
@@ -109,12 +123,24 @@ def add_commands(commands: Any) -> None:
         "chaos",
         help="prove it under faults: real workers, SIGKILLs, broker flushes, DB kills",
         description="Runs real celery workers, beat and the naive example downstream; "
-        "exits 1 when the invariant is violated.",
+        "exits 1 when the invariant is violated or a worker exited without being killed. "
+        "Without --broker and --database it takes a Redis db and a PostgreSQL database "
+        "of its own on the local servers.",
     )
     ch.add_argument(
-        "--broker", required=True, help="a dedicated Redis db, not 0 (its keys are deleted)"
+        "--broker",
+        help="a dedicated Redis db, not 0 (its keys are deleted); default: a free db on "
+        "--local-redis, or the run's own server with --redis-restarts",
     )
-    ch.add_argument("--database", required=True, help="a PostgreSQL database URL")
+    ch.add_argument(
+        "--database",
+        help="a PostgreSQL database URL; default: a new database on --pg-admin's server, "
+        "dropped afterwards",
+    )
+    ch.add_argument("--local-redis", default=LOCAL_REDIS, help="Redis server for a db of its own")
+    ch.add_argument(
+        "--pg-admin", default=LOCAL_PG_ADMIN, help="PostgreSQL URL that may CREATE DATABASE"
+    )
     ch.add_argument("--steps", type=int, default=300)
     ch.add_argument("--workers", type=int, default=3)
     ch.add_argument("--kills", type=int, default=30, help="SIGKILLs at fault points")
@@ -122,6 +148,13 @@ def add_commands(commands: Any) -> None:
     ch.add_argument("--db-kill-rounds", type=int, default=1)
     ch.add_argument(
         "--db-restarts", type=int, default=0, help="PostgreSQL server restarts (shared server!)"
+    )
+    ch.add_argument(
+        "--redis-restarts",
+        type=int,
+        default=0,
+        help="kill -9 and start again the run's own Redis server (queues, unacked and ETA "
+        "messages lost)",
     )
     ch.add_argument(
         "--pg-restart-command",

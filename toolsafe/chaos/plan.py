@@ -26,7 +26,7 @@ class Timing:
     consistency_window: float = 3.0  # the adapters' declared window
     visible_after: float = 1.0  # eventual consistency: inside the window, by design
     retry_after: float = 1.0  # the downstream's Retry-After on a rate limit
-    lookup_down_times: int = 2  # lookups answered 503 (fewer than max_unavailable)
+    lookup_down_times: int = 2  # lookups answered 503 (a short outage, inside the budget)
 
     def __post_init__(self) -> None:
         if self.visible_after >= self.consistency_window:
@@ -118,7 +118,12 @@ def corrected_input(scenario: Scenario, index: int) -> dict[str, Any]:
 # ------------------------------------------------------------------ the schedule
 
 ActionKind = Literal[
-    "submit", "flush_broker", "kill_db_connections", "restart_database", "duplicate"
+    "submit",
+    "flush_broker",
+    "restart_broker",
+    "kill_db_connections",
+    "restart_database",
+    "duplicate",
 ]
 
 
@@ -170,13 +175,15 @@ class ScheduleSize:
     broker_flushes: int = 1
     db_kill_rounds: int = 1
     db_restarts: int = 0
+    redis_restarts: int = 0  # kill -9 and start again of the run's own Redis server
     duplicates: int = 60
     batch: int = 20
 
 
 def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) -> Schedule:
-    """The whole run decided up front from the seed: scenarios, kills, broker flushes,
-    database connection kills and duplicate messages, in the order they happen."""
+    """The whole run decided up front from the seed: scenarios, kills, broker flushes and
+    restarts, database connection kills and restarts and duplicate messages, in the order
+    they happen."""
     if size.steps < 1 or size.batch < 1:
         raise ValueError("need at least one step and a batch of at least one")
     rng = random.Random(seed)
@@ -201,6 +208,15 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         if size.db_restarts
         else []
     )
+    # Broker restarts strike while work is in flight: from the second batch on, never
+    # after the last, so that steps are still arriving when the broker comes back. Drawn
+    # from a generator of their own: adding them moves no other fault of the schedule.
+    broker_rng = random.Random(f"{seed}/redis-restarts")
+    broker_after = (
+        _spread(broker_rng, max(len(batches) - 1, 1), size.redis_restarts, earliest=1)
+        if size.redis_restarts
+        else []
+    )
     duplicates_per_batch = _share(size.duplicates, len(batches))
     actions: list[Action] = []
     submitted: list[int] = []
@@ -218,6 +234,7 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         actions.extend(Action("kill_db_connections") for _ in range(db_after.count(number)))
         actions.extend(Action("flush_broker") for _ in range(flush_after.count(number)))
         actions.extend(Action("restart_database") for _ in range(restart_after.count(number)))
+        actions.extend(Action("restart_broker") for _ in range(broker_after.count(number)))
     return Schedule(seed=seed, steps=planned, actions=tuple(actions))
 
 

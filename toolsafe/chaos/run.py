@@ -1,9 +1,11 @@
 """``toolsafe chaos``: real workers, beat and the naive example downstream under a seeded
-schedule of SIGKILLs, broker flushes, PostgreSQL connection kills and duplicate messages;
-then the invariant against the downstream's own record, and the article's counts."""
+schedule of SIGKILLs, broker flushes and hard restarts, PostgreSQL connection kills and
+restarts and duplicate messages; then the invariant against the downstream's own record,
+the worker exits nobody planned, and the article's counts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,9 +15,10 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from toolsafe.chaos.plan import (
 from toolsafe.harness import (
     DownstreamProcess,
     Fleet,
+    HarnessError,
     Process,
     WorkerOptions,
     check_broker,
@@ -48,6 +52,14 @@ from toolsafe.harness import (
     start_beat,
     start_worker,
 )
+from toolsafe.harness.local import (
+    LOCAL_PG_ADMIN,
+    LOCAL_REDIS,
+    REDIS_LOCK_KEY,
+    database_of_its_own,
+    redis_db_of_its_own,
+)
+from toolsafe.harness.redis_server import RedisServer
 from toolsafe.metrics.exporter import read_counts
 from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
@@ -61,8 +73,11 @@ log = logging.getLogger("toolsafe.chaos")
 
 @dataclass(frozen=True)
 class ChaosConfig:
-    broker: str
-    database: str
+    # A dedicated Redis db (not 0). With ``size.redis_restarts`` the run starts a Redis
+    # server of its own instead, and this must be None.
+    broker: str | None = None
+    # A PostgreSQL database URL; None: a new database on ``pg_admin``'s server.
+    database: str | None = None
     size: ScheduleSize = field(default_factory=ScheduleSize)
     workers: int = 3
     seed: int = 6
@@ -78,6 +93,8 @@ class ChaosConfig:
     # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
     # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
     pg_restart_command: str | None = None
+    local_redis: str = LOCAL_REDIS  # where a run without --broker takes a db of its own
+    pg_admin: str = LOCAL_PG_ADMIN  # where a run without --database creates its own
 
 
 @dataclass
@@ -100,6 +117,16 @@ class ChaosReport:
     counts: Counts | None = None
     exported: dict[str, float] = field(default_factory=dict)
     restart_seconds: list[float] = field(default_factory=list)
+    broker_restart_seconds: list[float] = field(default_factory=list)
+    beat_exits: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def unplanned_worker_exits(self) -> int:
+        """Worker exits that were not a SIGKILL the run sent at a fault point: any other
+        exit code, and SIGKILLs beyond those the fault points fired."""
+        sigkills = self.worker_exits.get("SIGKILL", 0)
+        others = sum(n for kind, n in self.worker_exits.items() if kind != "SIGKILL")
+        return others + max(0, sigkills - sum(self.kills_fired.values()))
 
     @property
     def violations(self) -> int:
@@ -107,7 +134,11 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return self.verdict is not None and not self.verdict.violations
+        return (
+            self.verdict is not None
+            and not self.verdict.violations
+            and self.unplanned_worker_exits == 0
+        )
 
     def text(self) -> str:
         c, size = self.config, self.config.size
@@ -119,6 +150,7 @@ class ChaosReport:
             f"{c.workers} workers, at most {c.max_in_progress} steps in progress, "
             f"operation_refs {self.prefix}*",
             f"work dir: {self.workdir}",
+            f"broker {c.broker}, database {hide_password(c.database or '')}",
             "",
             f"steps submitted: {len(self.submitted)} in {self.submit_seconds:.1f}s; "
             f"settled: {'yes' if self.settled else 'NO'} after {self.settle_seconds:.1f}s "
@@ -128,7 +160,21 @@ class ChaosReport:
             "faults injected: "
             + ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())),
             "worker exits: "
-            + (", ".join(f"{kind} {n}" for kind, n in sorted(self.worker_exits.items())) or "none"),
+            + (", ".join(f"{kind} {n}" for kind, n in sorted(self.worker_exits.items())) or "none")
+            + f"; unplanned (not a SIGKILL the run sent): {self.unplanned_worker_exits}",
+        ]
+        if self.broker_restart_seconds:
+            away = self.broker_restart_seconds
+            lines.append(
+                f"redis server restarts (kill -9, start): {len(away)}, away "
+                f"{min(away):.1f}-{max(away):.1f}s"
+            )
+        if self.beat_exits:
+            lines.append(
+                "beat exits (restarted): "
+                + ", ".join(f"{kind} {n}" for kind, n in sorted(self.beat_exits.items()))
+            )
+        lines += [
             "agent: " + (", ".join(f"{k} {n}" for k, n in sorted(self.agent.items())) or "none"),
             "scenarios (final states):",
         ]
@@ -167,6 +213,9 @@ class ChaosReport:
             "kills_planned": self.schedule.kills(),
             "faults": dict(self.faults),
             "worker_exits": dict(self.worker_exits),
+            "unplanned_worker_exits": self.unplanned_worker_exits,
+            "broker_restart_seconds": self.broker_restart_seconds,
+            "beat_exits": dict(self.beat_exits),
             "agent": dict(self.agent),
             "scenarios": {k: dict(v) for k, v in self.scenario_states.items()},
             "violations": [str(v) for v in self.verdict.violations] if self.verdict else None,
@@ -175,10 +224,19 @@ class ChaosReport:
         }
 
 
+def hide_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
 def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
     """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
     sweeps so that a killed worker's step is verified within seconds."""
     t = config.timing
+    assert config.broker is not None and config.database is not None, "resolved by run()"
     return child_environ(
         {
             "TOOLSAFE_BROKER_URL": config.broker,
@@ -210,8 +268,11 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
 class _Run:
     """One chaos run: owns the processes, the client and the report while it lasts."""
 
-    def __init__(self, config: ChaosConfig, workdir: Path) -> None:
+    def __init__(
+        self, config: ChaosConfig, workdir: Path, redis_server: RedisServer | None = None
+    ) -> None:
         self.config = config
+        self.redis_server = redis_server
         self.workdir = workdir
         self.schedule = build_schedule(config.seed, config.size, config.timing)
         self.prefix = f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}/"
@@ -219,9 +280,13 @@ class _Run:
         self.report = ChaosReport(
             config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
         )
-        self.sql_store = StepStore(make_engine(config.database))
+        assert config.broker is not None and config.database is not None, "resolved by run()"
+        self.broker: str = config.broker
+        self.database: str = config.database
+        self.sql_store = StepStore(make_engine(self.database))
         self.store: StorePort = self.sql_store
         self.beat: Process | None = None
+        self.env: dict[str, str] = {}
         self.workers: Fleet | None = None
         self.downstream: DownstreamProcess | None = None
         self.client: Any = None
@@ -239,14 +304,14 @@ class _Run:
         from toolsafe.tasks.client import Client
 
         config = self.config
-        migrate(config.database)
+        migrate(self.database)
         plan = {
             self.ref(step.index): {step.kill_at: "kill"}
             for step in self.schedule.steps
             if step.kill_at is not None
         }
         faults.write_plan(self.workdir / "fault-plan.json", plan)
-        flush_broker(config.broker, config.keep_keys)
+        flush_broker(self.broker, config.keep_keys)
         self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
         env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
@@ -266,10 +331,8 @@ class _Run:
             if number == 0 and self.metrics_port is not None:
                 worker_env["TOOLSAFE_METRICS_PORT"] = str(self.metrics_port)
             self.workers.add(start_worker(options, env=worker_env, directory=self.workdir))
-        self.beat = start_beat(
-            env=env, directory=self.workdir, schedule=self.workdir / "beat-schedule",
-            loglevel="WARNING",
-        )  # fmt: skip
+        self.env = env
+        self.beat = self.start_beat()
         self.client = Client(create_app(Settings.from_env(env)))
 
     def stop(self) -> None:
@@ -295,20 +358,28 @@ class _Run:
             elif action.kind == "duplicate":
                 task = EXECUTE_TASK if action.task == "execute" else VERIFY_TASK
                 for index in action.steps:
-                    self.client.app.send_task(task, args=(self.ref(index),))
+                    self.through_broker(
+                        partial(self.client.app.send_task, task, args=(self.ref(index),))
+                    )
                 self.report.faults[f"duplicate {action.task} message"] += len(action.steps)
             elif action.kind == "flush_broker":
-                deleted = flush_broker(self.config.broker, self.config.keep_keys)
+                deleted = flush_broker(self.broker, self.config.keep_keys)
                 self.report.faults["broker flush"] += 1
                 self.report.faults["broker keys dropped"] += deleted
+            elif action.kind == "restart_broker":
+                if self.redis_server is None:
+                    raise ValueError("a broker restart is scheduled but the run owns no Redis")
+                away = self.redis_server.restart()
+                self.report.faults["redis server restart"] += 1
+                self.report.broker_restart_seconds.append(away)
             elif action.kind == "restart_database":
                 if self.config.pg_restart_command is None:
                     raise ValueError("a database restart is scheduled but no restart command")
-                away = restart_database(self.config.pg_restart_command, self.config.database)
+                away = restart_database(self.config.pg_restart_command, self.database)
                 self.report.faults["postgres server restart"] += 1
                 self.report.restart_seconds.append(away)
             elif action.kind == "kill_db_connections":
-                killed = kill_db_connections(self.config.database)
+                killed = kill_db_connections(self.database)
                 self.report.faults["postgres connection-kill round"] += 1
                 self.report.faults["postgres connections terminated"] += killed
         self.report.submit_seconds = time.monotonic() - started
@@ -334,8 +405,27 @@ class _Run:
         for fault in scenario.faults:
             self.downstream.add_fault(ref, fault)
             self.report.faults[f"downstream {fault['fault']}"] += 1
-        self.client.submit(scenario.tool, step_input(scenario, index), operation_ref=ref)
+        self.through_broker(
+            partial(self.client.submit, scenario.tool, step_input(scenario, index), ref)
+        )
         self.report.submitted.append(ref)
+
+    def through_broker(self, publish: Callable[[], object], timeout: float = 60.0) -> None:
+        """Call ``publish`` until the broker takes it. A submit whose publish failed has
+        committed its step: submitting the same operation_ref again is the same step."""
+        import kombu.exceptions
+        import redis.exceptions
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                publish()
+                return
+            except (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                self.report.faults["publish refused by the broker (retried)"] += 1
+                time.sleep(0.2)
 
     # -------------------------------------------------------------- while it runs
 
@@ -355,6 +445,7 @@ class _Run:
         they are afterwards."""
         assert self.workers is not None
         self.workers.restart_dead()
+        self.restart_beat_if_dead()
         observed = self.observe()
         answers = [
             (ref, step.state)
@@ -364,6 +455,21 @@ class _Run:
         for ref, state in answers:
             self.answer(ref, state)
         return self.observe() if answers else observed
+
+    def restart_beat_if_dead(self) -> None:
+        """Beat is not under test: when it dies, say so in the report and start it again."""
+        if self.beat is None or self.beat.returncode is None:
+            return
+        code = self.beat.returncode
+        self.report.beat_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
+        self.beat.kill()
+        self.beat = self.start_beat()
+
+    def start_beat(self) -> Process:
+        return start_beat(
+            env=self.env, directory=self.workdir, schedule=self.workdir / "beat-schedule",
+            loglevel="WARNING",
+        )  # fmt: skip
 
     def answer(self, ref: str, state: StepState) -> None:
         index = int(ref.rsplit("/", 1)[1])
@@ -456,25 +562,54 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _resources(
+    config: ChaosConfig, workdir: Path, stack: contextlib.ExitStack
+) -> tuple[ChaosConfig, RedisServer | None]:
+    """The broker and database the run uses: a Redis server of its own when it restarts
+    the broker, else the one given or a free db on the local Redis; the database given
+    or a new one on the local PostgreSQL (dropped afterwards)."""
+    server: RedisServer | None = None
+    broker, database, keep = config.broker, config.database, config.keep_keys
+    if config.size.redis_restarts:
+        if broker is not None:
+            raise HarnessError(
+                "--redis-restarts restarts a Redis server of the run's own; leave out --broker"
+            )
+        server = RedisServer(workdir)
+        server.start()
+        stack.callback(server.stop)
+        broker = server.url(1)
+    elif broker is None:
+        broker = stack.enter_context(redis_db_of_its_own(config.local_redis))
+        keep = (*keep, REDIS_LOCK_KEY)
+    if database is None:
+        database = stack.enter_context(database_of_its_own(config.pg_admin))
+    return replace(config, broker=broker, database=database, keep_keys=keep), server
+
+
 def run(config: ChaosConfig) -> ChaosReport:
-    """The whole chaos run; the report says whether the invariant held."""
-    check_broker(config.broker)
+    """The whole chaos run; the report says whether the invariant held and no worker
+    exited unless the run killed it."""
+    if config.broker is not None:
+        check_broker(config.broker)
     if config.workers < 1:
         raise ValueError("need at least one worker")
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="toolsafe-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    chaos = _Run(config, workdir)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        chaos.start()
-        chaos.perform()
-        observed = chaos.settle()
-        chaos.conclude(observed)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        chaos.stop()
-    write_json(workdir / "report.json", chaos.report.json())
-    return chaos.report
+    with contextlib.ExitStack() as stack:
+        config, server = _resources(config, workdir, stack)
+        chaos = _Run(config, workdir, server)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            chaos.start()
+            chaos.perform()
+            observed = chaos.settle()
+            chaos.conclude(observed)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            chaos.stop()
+        write_json(workdir / "report.json", chaos.report.json())
+        return chaos.report
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -32,6 +32,8 @@ DEMO_SETTINGS: Final = {
     "TOOLSAFE_VERIFY_BASE_DELAY": "0.2",
     "TOOLSAFE_VERIFY_MAX_DELAY": "0.5",
     "TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE": "3",
+    # The lookup-down scenario escalates within seconds (the default budget is minutes).
+    "TOOLSAFE_VERIFY_BUDGET": "2",
     "TOOLSAFE_FAULTS_ENABLED": "0",
 }
 STARTUP_TIMEOUT: Final = 30.0
