@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from toolsafe.recovery.envelopes import NO_OUTCOME_YET
 from toolsafe.recovery.states import TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
@@ -186,7 +187,9 @@ def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
 
 
 def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView:
-    envelope = safe_envelope(step.last_envelope)
+    # The stored envelope is the runtime's for the state (toolsafe.recovery.envelopes);
+    # a claimed step keeps its previous one in the row but has no outcome yet.
+    envelope = None if step.state in NO_OUTCOME_YET else safe_envelope(step.last_envelope)
     return StepView(
         operation_ref=step.operation_ref,
         tool=step.tool,
