@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import BaseModel, JsonValue, SecretBytes, SecretStr, ValidationError
+from pydantic_core import to_jsonable_python
 
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 
@@ -76,6 +77,27 @@ def field_errors_from(error: ValidationError) -> list[FieldError]:
     return found
 
 
+def _revealed(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, SecretBytes):
+        return value.get_secret_value().decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {key: _revealed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_revealed(item) for item in value]
+    return value
+
+
+def model_json(model: BaseModel) -> dict[str, Any]:
+    """A validated model as plain JSON that validates back to the same model: field
+    aliases as declared, defaults explicit, secret values revealed (toolsafe seals them
+    before they are stored, see ``toolsafe.recovery.secrets``)."""
+    dumped = _revealed(model.model_dump(mode="python", by_alias=True))
+    data: dict[str, Any] = to_jsonable_python(dumped)
+    return data
+
+
 class Adapter(ABC, Generic[InputT]):
     """Base class of every tool adapter.
 
@@ -95,6 +117,12 @@ class Adapter(ABC, Generic[InputT]):
         """The raw input as the adapter's model; raises ``ValidationError``."""
         parsed = self.input_model.model_validate(dict(raw))
         return parsed  # type: ignore[return-value]
+
+    def canonical_input(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The input as this adapter's model reads it (``42.0`` for an int is ``42``,
+        defaults explicit): two inputs are the same call when these are equal. Raises
+        ``ValidationError`` for input that :meth:`validate` rejects."""
+        return model_json(self.parse_input(raw))
 
     def validate(self, raw: Mapping[str, Any]) -> list[FieldError]:
         """Field errors of the raw input, empty when it may be sent."""

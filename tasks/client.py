@@ -12,8 +12,15 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from toolsafe.adapters.errors import ToolsafeError
-from toolsafe.adapters.protocol import FieldError
+from toolsafe.adapters.errors import (
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    INPUT_TOO_LARGE,
+    ToolsafeError,
+)
+from toolsafe.adapters.errors import InvalidInput as InvalidInput
+from toolsafe.adapters.protocol import Adapter, FieldError
+from toolsafe.recovery.canonical import canonical_json, input_hash
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Recorded, StepRecord
@@ -22,19 +29,6 @@ from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import NEEDS_AGENT, StepView, build_view
-
-
-class InvalidInput(ToolsafeError, ValueError):
-    """The input fails the adapter's validation; nothing was stored or sent."""
-
-    def __init__(self, tool: str, errors: tuple[tuple[str, str], ...]) -> None:
-        super().__init__(tool, errors)
-        self.tool = tool
-        self.errors = errors
-
-    def __str__(self) -> str:
-        shown = ", ".join(f"{field} ({code})" for field, code in self.errors)
-        return f"invalid input for {self.tool}: {shown}"
 
 
 class WaitTimeout(ToolsafeError, TimeoutError):
@@ -84,20 +78,24 @@ class Client:
         """
         runtime = self.runtime
         adapter = runtime.adapter(tool)
+        raw_size = self._check_shape(tool, input)
         problems = adapter.validate(input)
         if problems:
             raise InvalidInput(tool, _errors(problems))
+        canonical = self._canonical(tool, adapter, input)
         now = utcnow()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
         # hint published right after. Should that publish be lost, the sweeper
         # re-publishes once ``republish_after`` has passed since the stamp (R7).
         submitted = runtime.store.submit(
             tool,
-            input,
+            canonical,
             operation_ref=operation_ref,
             policy=runtime.policy_for(tool),
             now=now,
             published_at=now,
+            # Steps stored before inputs were canonical carry the hash of the raw input.
+            equivalent_hashes=(input_hash(input),) if raw_size else (),
         )
         step = submitted.step
         if submitted.event is not None:
@@ -109,6 +107,34 @@ class Client:
             self.app.publisher.execute(step.operation_ref, None, now)
             runtime.store.mark_published(step.operation_ref, utcnow())
         return self.view(step.operation_ref)
+
+    def _check_shape(self, tool: str, input: object) -> int:
+        """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
+        if not isinstance(input, Mapping):
+            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        try:
+            size = len(canonical_json(input).encode("utf-8"))
+        except (TypeError, ValueError, RecursionError):
+            # Keys or values JSON cannot carry (a set, NaN, a nested object too deep).
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+        limit = self.runtime.settings.max_input_bytes
+        if size > limit:
+            raise InvalidInput(
+                tool, (("input", f"{INPUT_TOO_LARGE} > {limit} bytes"),), INPUT_TOO_LARGE
+            )
+        return size
+
+    def _canonical(
+        self, tool: str, adapter: Adapter[Any], input: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The input as the adapter's model reads it (``42.0`` is ``42``, defaults made
+        explicit): what is stored, and what decides whether a repeat is the same call."""
+        try:
+            canonical = adapter.canonical_input(input)
+        except (TypeError, ValueError) as error:
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from error
+        self._check_shape(tool, canonical)
+        return canonical
 
     def _unpublished(self, step: StepRecord, now: datetime) -> bool:
         """No hint, or none recent enough to trust, was published for the step."""
@@ -148,9 +174,13 @@ class Client:
         runtime = self.runtime
         step = runtime.store.get(operation_ref)
         adapter = runtime.adapter(step.tool)
+        self._check_shape(step.tool, new_input)
+        corrected = dict(new_input)
+        if not adapter.validate(new_input):
+            corrected = self._canonical(step.tool, adapter, new_input)
         recorded = runtime.store.provide_input(
             operation_ref,
-            new_input,
+            corrected,
             validate=adapter.validate,
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),

@@ -107,6 +107,9 @@ class Settings:
     fault_plan: str | None = None
     fault_state_dir: str | None = None
     log_json: bool = False
+    # toolsafe's own limit on a submitted input (canonical JSON), whatever the adapter's
+    # model allows: a larger one is InvalidInput INPUT_TOO_LARGE, nothing stored or sent.
+    max_input_bytes: int = 262_144
 
     def __post_init__(self) -> None:
         self.validate()
@@ -124,6 +127,7 @@ class Settings:
             "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": self.escalation_webhook_timeout,
             "TOOLSAFE_SWEEP_BATCH": self.sweep_batch,
             "TOOLSAFE_WORKER_ETA_TASK_LIMIT": self.worker_eta_task_limit,
+            "TOOLSAFE_MAX_INPUT_BYTES": self.max_input_bytes,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -205,6 +209,7 @@ class Settings:
             fault_plan=fault_plan,
             fault_state_dir=state_dir,
             log_json=(env.get("TOOLSAFE_LOG_FORMAT", "text").strip().lower() == "json"),
+            max_input_bytes=reader.integer("TOOLSAFE_MAX_INPUT_BYTES", 262_144),
         )
 
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import Connection, Engine, Row, func, select
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
-from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.errors import (
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    InvalidInput,
+    ToolsafeError,
+    shown,
+)
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.db import READ_ONLY, make_engine, with_db_retry
@@ -74,7 +80,7 @@ class StepNotFound(ToolsafeError, LookupError):
         self.operation_ref = operation_ref
 
     def __str__(self) -> str:
-        return f"no step with operation_ref {self.operation_ref!r}"
+        return f"no step with operation_ref {shown(self.operation_ref)}"
 
 
 class OperationRefConflict(ToolsafeError, ValueError):
@@ -87,7 +93,8 @@ class OperationRefConflict(ToolsafeError, ValueError):
 
     def __str__(self) -> str:
         return (
-            f"operation_ref {self.operation_ref!r} already exists with a different {self.what}; "
+            f"operation_ref {shown(self.operation_ref)} already exists with a different "
+            f"{self.what}; "
             "use a new operation_ref for a different call"
         )
 
@@ -105,9 +112,17 @@ class InvalidOperationRef(ToolsafeError, ValueError):
 
     def __str__(self) -> str:
         return (
-            f"operation_ref {self.operation_ref!r} is not valid: 1 to {MAX_OPERATION_REF} "
+            f"operation_ref {shown(self.operation_ref)} is not valid: 1 to {MAX_OPERATION_REF} "
             "letters, digits and _ . : / -, starting with a letter or digit"
         )
+
+
+def valid_operation_ref(ref: object) -> bool:
+    return (
+        isinstance(ref, str)
+        and len(ref) <= MAX_OPERATION_REF
+        and OPERATION_REF_PATTERN.fullmatch(ref) is not None
+    )
 
 
 def new_operation_ref() -> str:
@@ -181,14 +196,24 @@ class StepStore:
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        equivalent_hashes: Collection[str] = (),
     ) -> Submitted:
         """``create_step``, plus the new step's ``submitted`` event (None when the ref
         existed). ``published_at`` stamps the hint the caller publishes after the commit;
-        a lost one is re-published by the sweeper after ``republish_after`` (R7)."""
+        a lost one is re-published by the sweeper after ``republish_after`` (R7).
+
+        ``input`` is stored as given: the client passes the adapter's canonical form, so
+        its hash decides whether a repeat is the same call; ``equivalent_hashes`` are
+        other hashes of the same call (the raw input's, for steps stored before)."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
-        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
+        if not valid_operation_ref(ref):
             raise InvalidOperationRef(ref)
-        digest = input_hash(input)
+        if not isinstance(input, Mapping):
+            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        try:
+            digest = input_hash(input)
+        except (TypeError, ValueError, RecursionError):
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
 
         def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
             return ops.insert_step(
@@ -206,11 +231,13 @@ class StepStore:
         if event is None:
             if row.tool != tool:
                 raise OperationRefConflict(ref, "tool")
-            if row.input_hash != digest:
+            if row.input_hash != digest and row.input_hash not in equivalent_hashes:
                 raise OperationRefConflict(ref, "input")
         return Submitted(step_record(row), event)
 
     def get(self, operation_ref: str) -> StepRecord:
+        if not valid_operation_ref(operation_ref):
+            raise StepNotFound(operation_ref)  # no step can have it: no query needed
         row = self._read(lambda conn: sql.fetch(conn, operation_ref))
         if row is None:
             raise StepNotFound(operation_ref)

@@ -82,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.set_defaults(handler=_migrate)
 
+    submit = commands.add_parser(
+        "submit", help="submit a tool call (the input as a JSON object, or @file.json)"
+    )
+    submit.add_argument("tool", metavar="TOOL")
+    submit.add_argument("--input", required=True, metavar="JSON")
+    submit.add_argument("--ref", default=None, metavar="OPERATION_REF")
+    submit.add_argument("--json", action="store_true")
+    submit.set_defaults(handler=cli_ops.submit)
+
     steps = commands.add_parser("steps", help="list and show steps").add_subparsers(
         dest="steps_command", required=True
     )

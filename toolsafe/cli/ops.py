@@ -116,5 +116,28 @@ def reject(args: argparse.Namespace) -> int:
     return _done(_client().reject(args.ref, args.approver, args.reason), args)
 
 
+def _input_argument(raw: str) -> Any:
+    """``--input``: JSON text, or ``@path`` to read it from a file."""
+    from toolsafe.settings import SettingsError
+
+    text = raw
+    if raw.startswith("@"):
+        with open(raw[1:], encoding="utf-8") as handle:
+            text = handle.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        # A usage error (exit 2), naming where the JSON breaks, not echoing it.
+        raise SettingsError(
+            "--input", f"is not JSON: {error.msg} at character {error.pos}"
+        ) from None
+
+
+def submit(args: argparse.Namespace) -> int:
+    """Commit the step and publish it; the input's problems come back as InvalidInput."""
+    view = _client().submit(args.tool, _input_argument(args.input), operation_ref=args.ref)
+    return _done(view, args)
+
+
 def cancel(args: argparse.Namespace) -> int:
     return _done(_client().cancel(args.ref, args.reason, by=args.operator), args)
