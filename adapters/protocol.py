@@ -104,12 +104,16 @@ class Adapter(ABC, Generic[InputT]):
     Subclasses set the class attributes and implement :meth:`execute`; write adapters
     that can look an operation up downstream set ``has_lookup`` and implement
     :meth:`lookup`. ``consistency_window`` is how long after a write the downstream's
-    lookup may still miss it.
+    lookup may still miss it. Input fields typed ``SecretStr`` are encrypted at rest.
     """
 
     tool: ClassVar[str]
     writes: ClassVar[bool]
     input_model: ClassVar[type[BaseModel]]
+    # The shape of a success's ``result`` (optional): a result passes it before it is
+    # stored or shown (unknown keys dropped, types checked), then every string in it is
+    # cleaned and scanned (``toolsafe.adapters.results``). Leave extra keys to be ignored.
+    result_model: ClassVar[type[BaseModel] | None] = None
     has_lookup: ClassVar[bool] = False
     consistency_window: ClassVar[timedelta] = timedelta(0)
 

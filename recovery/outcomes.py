@@ -11,6 +11,7 @@ from typing import Any, Literal
 from toolsafe.adapters.envelope import AnySuccess, CommitState, ToolError
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import FieldError, LookupResult
+from toolsafe.adapters.results import Redaction
 from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.states import StepState
 
@@ -43,9 +44,11 @@ class StepSnapshot:
 
 @dataclass(frozen=True)
 class Executed:
-    """A worker's execution ended with this (already checked) envelope."""
+    """A worker's execution ended with this (already checked) envelope; ``redactions``
+    name what was withheld from its result (recorded in the event)."""
 
     envelope: AnySuccess | ToolError
+    redactions: tuple[Redaction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class LookedUp:
     """A worker's verification lookup answered."""
 
     result: LookupResult
+    redactions: tuple[Redaction, ...] = ()
 
 
 @dataclass(frozen=True)

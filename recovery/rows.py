@@ -162,7 +162,10 @@ def decision_detail(decision: Decision) -> dict[str, Any]:
 
 def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
     """The redacted envelope of an execution, or a summary of a lookup (not its result)."""
+    redacted = [item.as_json() for item in outcome.redactions]
     if isinstance(outcome, Executed):
+        if redacted:
+            return {"envelope": to_wire(outcome.envelope), "redactions": redacted}
         return {"envelope": to_wire(outcome.envelope)}
     result = outcome.result
     summary: dict[str, Any] = {"checked_at": iso(result.checked_at)}
@@ -175,6 +178,8 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
     elif isinstance(result, LookupUnavailable):
         summary["unavailable"] = True
         summary["code"] = result.code
+    if redacted:
+        return {"lookup": summary, "redactions": redacted}
     return {"lookup": summary}
 
 

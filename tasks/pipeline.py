@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
-from toolsafe.adapters.guard import call_adapter, call_lookup
+from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.states import StepState
@@ -126,17 +126,20 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
         attempt=step.attempts,
     )
     envelope: AnySuccess | ToolError
+    redactions: Redactions = ()
     if step.tool in runtime.registry:
         context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
         with runtime.faults.during("during_call", operation_ref):
-            envelope = call_adapter(runtime.adapter(step.tool), step.input, operation_ref, context)
+            envelope, redactions = call_adapter_recorded(
+                runtime.adapter(step.tool), step.input, operation_ref, context
+            )
     else:
         envelope = unknown_tool(operation_ref, step.tool)
     return _record(
         runtime,
         hints,
         claim,
-        Executed(envelope),
+        Executed(envelope, redactions),
         "execute_recorded",
         code=getattr(envelope, "code", None),
     )
@@ -153,13 +156,19 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     runtime.faults.hit("after_claim", operation_ref)
     step = claim.step
     found: LookupResult
+    redactions: Redactions = ()
     if step.tool in runtime.registry:
         with runtime.faults.during("during_call", operation_ref):
-            found = call_lookup(runtime.adapter(step.tool), operation_ref)
+            found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
     else:
         found = LookupUnavailable(checked_at=utcnow(), code=UNKNOWN_TOOL)
     return _record(
-        runtime, hints, claim, LookedUp(found), "verify_recorded", result=type(found).__name__
+        runtime,
+        hints,
+        claim,
+        LookedUp(found, redactions),
+        "verify_recorded",
+        result=type(found).__name__,
     )
 
 

@@ -120,6 +120,14 @@ def safe_detail(detail: Mapping[str, Any]) -> dict[str, str | int | float | bool
         inner = detail.get(nested)
         if isinstance(inner, Mapping):
             sources.append(inner)
+    redactions = detail.get("redactions")
+    if isinstance(redactions, list) and redactions:
+        # Where and why a result was cut: paths of the result and kinds, never the text.
+        picked["redactions"] = ", ".join(
+            f"{item.get('path')}:{item.get('kind')}"
+            for item in redactions
+            if isinstance(item, Mapping)
+        )[:MAX_TEXT]
     for source in sources:
         for key in SAFE_DETAIL_KEYS:
             if key in picked or key not in source:
