@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, JsonValue, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
@@ -89,6 +89,20 @@ def _revealed(value: Any) -> Any:
     return value
 
 
+def _is_secret(annotation: Any) -> bool:
+    if annotation in (SecretStr, SecretBytes):
+        return True
+    return any(_is_secret(argument) for argument in get_args(annotation))
+
+
+def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(
+        info.alias or name
+        for name, info in model.model_fields.items()
+        if _is_secret(info.annotation)
+    )
+
+
 def model_json(model: BaseModel) -> dict[str, Any]:
     """A validated model as plain JSON that validates back to the same model: field
     aliases as declared, defaults explicit, secret values revealed (toolsafe seals them
@@ -121,6 +135,12 @@ class Adapter(ABC, Generic[InputT]):
         """The raw input as the adapter's model; raises ``ValidationError``."""
         parsed = self.input_model.model_validate(dict(raw))
         return parsed  # type: ignore[return-value]
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """Top-level input fields typed ``SecretStr``/``SecretBytes`` (optional or not),
+        by the name they have in the input: toolsafe stores them encrypted."""
+        return secret_fields_of(cls.input_model)
 
     def canonical_input(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """The input as this adapter's model reads it (``42.0`` for an int is ``42``,

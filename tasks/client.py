@@ -22,9 +22,10 @@ from toolsafe.adapters.errors import InvalidInput as InvalidInput
 from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery.canonical import canonical_json, input_hash
 from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Recorded, StepRecord
-from toolsafe.settings import Settings
+from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
 from toolsafe.tasks.runtime import utcnow
@@ -83,19 +84,24 @@ class Client:
         if problems:
             raise InvalidInput(tool, _errors(problems))
         canonical = self._canonical(tool, adapter, input)
+        stored, hashes = self._sealed(tool, adapter, canonical)
+        if not adapter.secret_fields() and raw_size:
+            # Steps stored before inputs were canonical carry the hash of the raw input.
+            hashes.append(input_hash(input))
         now = utcnow()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
         # hint published right after. Should that publish be lost, the sweeper
         # re-publishes once ``republish_after`` has passed since the stamp (R7).
         submitted = runtime.store.submit(
             tool,
-            canonical,
+            stored,
             operation_ref=operation_ref,
             policy=runtime.policy_for(tool),
             now=now,
             published_at=now,
-            # Steps stored before inputs were canonical carry the hash of the raw input.
-            equivalent_hashes=(input_hash(input),) if raw_size else (),
+            digest=hashes[0],
+            equivalent_hashes=hashes[1:],
+            same_input=lambda found: self._opens_to(found, canonical),
         )
         step = submitted.step
         if submitted.event is not None:
@@ -135,6 +141,30 @@ class Client:
             raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from error
         self._check_shape(tool, canonical)
         return canonical
+
+    def _opens_to(self, stored: dict[str, Any], canonical: dict[str, Any]) -> bool:
+        """Whether a stored input is ``canonical`` once its secrets are opened."""
+        try:
+            return self.runtime.open_input(stored) == canonical
+        except SecretKeyError:
+            return False
+
+    def _sealed(
+        self, tool: str, adapter: Adapter[Any], canonical: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """What is stored: secret fields sealed; and the input's hashes, the one to store
+        first (secret values enter them as an HMAC, never in the clear)."""
+        secret = adapter.secret_fields()
+        if not secret:
+            return canonical, [input_hash(canonical)]
+        box = self.runtime.secret_box
+        if box is None:
+            raise SettingsError(
+                "TOOLSAFE_SECRET_KEYS",
+                f"tool {tool} has secret input fields ({', '.join(sorted(secret))}); they are "
+                "stored encrypted, so a key is required (`toolsafe secrets new-key`)",
+            )
+        return box.seal(canonical, secret), box.hashes(canonical, secret)
 
     def _unpublished(self, step: StepRecord, now: datetime) -> bool:
         """No hint, or none recent enough to trust, was published for the step."""
@@ -178,9 +208,13 @@ class Client:
         corrected = dict(new_input)
         if not adapter.validate(new_input):
             corrected = self._canonical(step.tool, adapter, new_input)
+        stored, hashes = self._sealed(step.tool, adapter, corrected)
         recorded = runtime.store.provide_input(
             operation_ref,
             corrected,
+            stored=stored,
+            digest=hashes[0],
+            open_stored=runtime.open_input,
             validate=adapter.validate,
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),

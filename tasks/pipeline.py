@@ -16,6 +16,7 @@ from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
@@ -25,6 +26,7 @@ from toolsafe.tasks.runtime import Runtime, utcnow
 log = logging.getLogger("toolsafe.pipeline")
 
 UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+SECRET_KEY_MISSING: Final = "SECRET_KEY_MISSING"  # noqa: S105 - a code, not a secret
 
 
 class Hints(Protocol):
@@ -72,6 +74,22 @@ def unknown_tool(operation_ref: str, tool: str) -> ToolError:
         operation_ref=operation_ref,
         safe_details={"tool": tool[:100]},
         agent_message="No worker knows this tool; nothing was sent. An operator will look.",
+        user_message="The action could not be started and was handed to an operator.",
+    )
+
+
+def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
+    """The step's sealed input cannot be opened with this worker's keys: nothing was sent."""
+    return ToolError(
+        code=SECRET_KEY_MISSING,
+        category="internal",
+        commit_state="not_committed",
+        retry=Retry(directive="never", max_attempts_remaining=0),
+        next_action="escalate",
+        operation_ref=operation_ref,
+        safe_details={"tool": tool[:100]},
+        agent_message="The call's secret input could not be decrypted; nothing was sent. "
+        "An operator will look.",
         user_message="The action could not be started and was handed to an operator.",
     )
 
@@ -127,11 +145,21 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     )
     envelope: AnySuccess | ToolError
     redactions: Redactions = ()
-    if step.tool in runtime.registry:
+    opened: dict[str, Any] | None = None
+    try:
+        opened = runtime.open_input(step.input)
+    except SecretKeyError as error:
+        # Nothing was sent: no key opens the secret field. An operator must look.
+        log.error(
+            "%s", error, extra={"event": "secret_key_missing", "operation_ref": operation_ref}
+        )
+    if opened is None:
+        envelope = secret_key_missing(operation_ref, step.tool)
+    elif step.tool in runtime.registry:
         context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
         with runtime.faults.during("during_call", operation_ref):
             envelope, redactions = call_adapter_recorded(
-                runtime.adapter(step.tool), step.input, operation_ref, context
+                runtime.adapter(step.tool), opened, operation_ref, context
             )
     else:
         envelope = unknown_tool(operation_ref, step.tool)

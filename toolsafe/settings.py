@@ -16,6 +16,7 @@ from typing import Final
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.registry import parse_module_list
 from toolsafe.recovery.policy import Policy, RetryPolicy, VerificationPolicy
+from toolsafe.recovery.secrets import check_key
 
 DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL: Final = "sqlite:///toolsafe.db"
@@ -110,6 +111,9 @@ class Settings:
     # toolsafe's own limit on a submitted input (canonical JSON), whatever the adapter's
     # model allows: a larger one is InvalidInput INPUT_TOO_LARGE, nothing stored or sent.
     max_input_bytes: int = 262_144
+    # Fernet keys for secret input fields at rest, newest first: the first seals, every
+    # one opens (rotation: put a new key first, drop an old one once nothing uses it).
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -210,6 +214,7 @@ class Settings:
             fault_state_dir=state_dir,
             log_json=(env.get("TOOLSAFE_LOG_FORMAT", "text").strip().lower() == "json"),
             max_input_bytes=reader.integer("TOOLSAFE_MAX_INPUT_BYTES", 262_144),
+            secret_keys=reader.secret_keys("TOOLSAFE_SECRET_KEYS"),
         )
 
 
@@ -287,6 +292,20 @@ class _Reader:
                     name, f"{path!r} must be an import path like 'package.module:function'"
                 )
         return found
+
+    def secret_keys(self, name: str) -> tuple[str, ...]:
+        keys = tuple(part.strip() for part in self.env.get(name, "").split(",") if part.strip())
+        for index, key in enumerate(keys, start=1):
+            try:
+                check_key(key)
+            except (ValueError, TypeError):
+                # Never echo the value: it is a key, or a typo of one.
+                raise SettingsError(
+                    name,
+                    f"key {index} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                    "make one with `toolsafe secrets new-key`)",
+                ) from None
+        return keys
 
     def tool_policies(self, name: str, base: PolicySettings) -> dict[str, PolicySettings]:
         raw = self.text(name)

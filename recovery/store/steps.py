@@ -196,31 +196,39 @@ class StepStore:
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        digest: str | None = None,
         equivalent_hashes: Collection[str] = (),
+        same_input: Callable[[dict[str, Any]], bool] | None = None,
     ) -> Submitted:
         """``create_step``, plus the new step's ``submitted`` event (None when the ref
         existed). ``published_at`` stamps the hint the caller publishes after the commit;
         a lost one is re-published by the sweeper after ``republish_after`` (R7).
 
         ``input`` is stored as given: the client passes the adapter's canonical form, so
-        its hash decides whether a repeat is the same call; ``equivalent_hashes`` are
-        other hashes of the same call (the raw input's, for steps stored before)."""
+        its hash (``digest``, computed here unless given: secret fields are hashed by the
+        caller, who holds the key) decides whether a repeat is the same call;
+        ``equivalent_hashes`` are other hashes of the same call (under an older key, or
+        of the raw input for steps stored before inputs were canonical); when none
+        matches, ``same_input`` may still recognise the stored input (a secret sealed
+        under a key whose hash can no longer be computed)."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if not valid_operation_ref(ref):
             raise InvalidOperationRef(ref)
         if not isinstance(input, Mapping):
             raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
         try:
-            digest = input_hash(input)
+            digest = digest or input_hash(input)
         except (TypeError, ValueError, RecursionError):
             raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+
+        stored_hash = digest
 
         def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
             return ops.insert_step(
                 conn,
                 tool=tool,
                 input=input,
-                input_hash=digest,
+                input_hash=stored_hash,
                 operation_ref=ref,
                 max_attempts=policy.retry.max_attempts,
                 now=now,
@@ -231,7 +239,11 @@ class StepStore:
         if event is None:
             if row.tool != tool:
                 raise OperationRefConflict(ref, "tool")
-            if row.input_hash != digest and row.input_hash not in equivalent_hashes:
+            if (
+                row.input_hash != stored_hash
+                and row.input_hash not in equivalent_hashes
+                and not (same_input is not None and same_input(dict(row.input)))
+            ):
                 raise OperationRefConflict(ref, "input")
         return Submitted(step_record(row), event)
 
@@ -412,22 +424,31 @@ class StepStore:
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        stored: Mapping[str, Any] | None = None,
+        digest: str | None = None,
+        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; raises
-        ``TransitionRefused`` (identical input, flagged field unchanged, invalid)."""
+        ``TransitionRefused`` (identical input, flagged field unchanged, invalid).
+
+        With secret fields the caller passes the plain ``new_input`` (validated and
+        compared), what to ``stored`` (sealed), its ``digest``, and ``open_stored`` to
+        read the row's sealed input for the comparison."""
         new_input = dict(new_input)
-        digest = input_hash(new_input)
+        to_store = dict(stored) if stored is not None else new_input
+        new_hash = digest or input_hash(new_input)
         field_errors = tuple(validate(new_input))
 
-        detail: dict[str, Any] = {"input_hash": digest}
+        detail: dict[str, Any] = {"input_hash": new_hash}
 
         def outcome_for(row: Row[Any]) -> Outcome:
-            changed = changed_fields(row.input, new_input)
+            before = open_stored(dict(row.input)) if open_stored is not None else row.input
+            changed = changed_fields(before, new_input)
             detail["changed_fields"] = sorted(changed)  # names only, never the values
-            return InputCorrected(digest, changed, field_errors)
+            return InputCorrected(new_hash, changed, field_errors)
 
         def values_for(row: Row[Any], decision: Decision) -> Mapping[str, Any]:
-            return {"input": new_input}
+            return {"input": to_store}
 
         return self._act(
             operation_ref,
