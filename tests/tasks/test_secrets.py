@@ -18,6 +18,7 @@ from sqlalchemy import select, text
 
 from tests.pipeline.harness import fresh_database
 from tests.recovery.conftest import empty
+from tests.recovery.store_support import LEASE
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.secrets import SEALED, SecretBox, new_key
@@ -223,3 +224,39 @@ def test_bad_keys_are_refused_without_echoing_them() -> None:
     with pytest.raises(SettingsError) as caught:
         Settings.from_env({"TOOLSAFE_SECRET_KEYS": f"{new_key()},not-a-key-but-secret"})
     assert "key 2" in str(caught.value) and "not-a-key" not in str(caught.value)
+
+
+def test_corrected_input_keeps_the_secret_sealed_and_compares_it_opened(
+    database: str, redis_url: str, downstream: Downstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolsafe.adapters import codes
+    from toolsafe.recovery.outcomes import Executed
+    from toolsafe.tasks.runtime import utcnow
+
+    client = _client(database, redis_url, downstream, monkeypatch, (new_key(),))
+    try:
+        ref = "secret/fix/1"
+        client.submit("connect_account", INPUT, operation_ref=ref)
+        store = client.runtime.store
+        claim = store.claim_execution(ref, "w", LEASE, utcnow())
+        assert claim is not None
+        flagged = codes.build_error(
+            codes.INVALID_INPUT, ref, {"field": "account", "fields": "account"}
+        )
+        runtime = client.runtime
+        tool = "connect_account"
+        store.record(
+            claim, Executed(flagged), traits=runtime.traits_for(tool),
+            policy=runtime.policy_for(tool), now=utcnow(), rng=runtime.rng,
+        )  # fmt: skip
+        assert client.state(ref).state is StepState.NEEDS_INPUT
+        fixed = client.provide_input(ref, {**INPUT, "account": "acct_2"})
+        assert fixed.state is StepState.PENDING
+        provided = next(e for e in store.events(ref) if e.kind == "input_provided")
+        # The token is re-sealed (a new Fernet token) but did not change: only the account.
+        assert provided.detail["changed_fields"] == ["account"]
+        stored = client.state(ref).input
+        assert set(stored["api_token"]) == {SEALED} and stored["account"] == "acct_2"
+        assert TOKEN not in _dump(client)
+    finally:
+        client.close()
