@@ -8,6 +8,9 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import invariant, run_state_machine_as_test
+from sqlalchemy import Engine
 
 from tests.recovery.envelope_agreement import assert_agrees
 from tests.recovery.store_support import (
@@ -21,6 +24,7 @@ from tests.recovery.store_support import (
     retry_later,
     unknown,
 )
+from tests.recovery.test_store_stateful import StoreMachine
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.protocol import LookupNotFound, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
@@ -162,3 +166,42 @@ def test_cancelled_pending_step_wrote_nothing(store: StepStore) -> None:
     store.cancel("e7", by="agent", reason="plan changed", traits=WRITE, policy=POLICY, now=T0)
     shown = _shown(store, "e7")
     assert (shown["code"], shown["commit_state"]) == ("CANCELLED", "not_committed")
+
+
+class AgreeingMachine(StoreMachine):
+    """The store's random-sequence machine (outcomes, lookups, lease expiries, input,
+    approvals, rejections, cancellations, resolutions) with one more invariant: every
+    step's view shows an envelope that agrees with its state."""
+
+    @invariant()
+    def every_view_agrees(self) -> None:
+        for step in self.store.list_steps():
+            assert_agrees(
+                state=step.state,
+                commit_state=step.commit_state,
+                attempts=step.attempts,
+                max_attempts=step.max_attempts,
+                due_at=step.due_at,
+                reason=step.reason,
+                flagged=step.flagged_fields,
+                operation_ref=step.operation_ref,
+                shown=build_view(step).envelope,
+            )
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_store_paths_keep_the_envelope_in_agreement(store_pg_engine: Engine) -> None:
+    class OnThisDatabase(AgreeingMachine):
+        def __init__(self) -> None:
+            super().__init__(store_pg_engine)
+
+    run_state_machine_as_test(
+        OnThisDatabase,
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
