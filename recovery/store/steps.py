@@ -74,13 +74,27 @@ CONCURRENT_CHANGE: Final = "CONCURRENT_CHANGE"
 """Refusal code: the step changed between reading it and writing the action."""
 
 
+def _kept(value: str) -> str:
+    # An exception keeps (and pickles, and reprs) at most this much of a caller's value.
+    return value[: MAX_OPERATION_REF + 1] if isinstance(value, str) else value
+
+
+def _quoted(operation_ref: str, length: int) -> str:
+    if length > len(operation_ref):
+        return f"{operation_ref[:40]!r}… ({length} characters)"
+    return shown(operation_ref)
+
+
 class StepNotFound(ToolsafeError, LookupError):
-    def __init__(self, operation_ref: str) -> None:
-        super().__init__(operation_ref)
+    def __init__(self, operation_ref: str, length: int | None = None) -> None:
+        length = len(operation_ref) if length is None else length
+        operation_ref = _kept(operation_ref)
+        super().__init__(operation_ref, length)
         self.operation_ref = operation_ref
+        self.length = length
 
     def __str__(self) -> str:
-        return f"no step with operation_ref {shown(self.operation_ref)}"
+        return f"no step with operation_ref {_quoted(self.operation_ref, self.length)}"
 
 
 class OperationRefConflict(ToolsafeError, ValueError):
@@ -106,13 +120,17 @@ Validator = Callable[[Mapping[str, Any]], Sequence[FieldError]]
 class InvalidOperationRef(ToolsafeError, ValueError):
     """An operation_ref that cannot travel in an envelope (see ``toolsafe.adapters.envelope``)."""
 
-    def __init__(self, operation_ref: str) -> None:
-        super().__init__(operation_ref)
+    def __init__(self, operation_ref: str, length: int | None = None) -> None:
+        length = len(operation_ref) if length is None else length
+        operation_ref = _kept(operation_ref)
+        super().__init__(operation_ref, length)
         self.operation_ref = operation_ref
+        self.length = length
 
     def __str__(self) -> str:
+        quoted = _quoted(self.operation_ref, self.length)
         return (
-            f"operation_ref {shown(self.operation_ref)} is not valid: 1 to {MAX_OPERATION_REF} "
+            f"operation_ref {quoted} is not valid: 1 to {MAX_OPERATION_REF} "
             "letters, digits and _ . : / -, starting with a letter or digit"
         )
 

@@ -101,6 +101,11 @@ def test_client_messages_quote_only_a_prefix(cluster: Cluster) -> None:
     for error in (invalid.value, missing.value, unknown_field.value):
         assert len(str(error)) < 300, str(error)[:300]
     assert "5000000 characters" in str(invalid.value)
+    assert "5000000 characters" in str(missing.value)
+    # The exceptions keep (and pickle) a prefix only, not the caller's 5 MB.
+    for error in (invalid.value, missing.value):
+        assert len(repr(error)) < 400 and len(pickle.dumps(error)) < 1_000
+        assert str(pickle.loads(pickle.dumps(error))) == str(error)
 
 
 # ---------------------------------------------------------------------- the CLI
