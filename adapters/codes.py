@@ -38,6 +38,20 @@ UNREADABLE_RESPONSE: Final = "UNREADABLE_RESPONSE"
 ADAPTER_EXCEPTION: Final = "ADAPTER_EXCEPTION"
 ADAPTER_CONTRACT_VIOLATION: Final = "ADAPTER_CONTRACT_VIOLATION"
 UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+# Codes of the envelopes the runtime itself writes when a step's state is no longer the
+# one the adapter's envelope described (``toolsafe.recovery.envelopes``). Escalation and
+# failure codes equal the reason codes of ``toolsafe.recovery.reasons``.
+ATTEMPTS_EXHAUSTED: Final = "ATTEMPTS_EXHAUSTED"
+LOOP_GUARD: Final = "LOOP_GUARD"
+NOT_BEFORE_TOO_FAR: Final = "NOT_BEFORE_TOO_FAR"
+UNVERIFIABLE_UNKNOWN: Final = "UNVERIFIABLE_UNKNOWN"
+LOOKUP_UNAVAILABLE: Final = "LOOKUP_UNAVAILABLE"
+NO_LOOKUP: Final = "NO_LOOKUP"
+REJECTED: Final = "REJECTED"
+CANCELLED: Final = "CANCELLED"
+OPERATOR_RESOLVED: Final = "OPERATOR_RESOLVED"
+OPERATION_NOT_FOUND: Final = "OPERATION_NOT_FOUND"
+WORKER_LOST: Final = "WORKER_LOST"
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ def _spec(
     )  # fmt: skip
 
 
+_HANDED_OVER = "It was handed to an operator; do not retry it."
 _FIX = "Correct the flagged input and submit it again under the same operation_ref."
 _WAIT = "Nothing was written; the scheduler retries after not_before. Do not retry yourself."
 
@@ -329,6 +344,152 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action could not be started and was handed to an operator.",
             "The worker has no adapter for the step's tool (built by the pipeline).",
         ),
+        # ------------------------------------------------ written by the runtime
+        _spec(
+            ATTEMPTS_EXHAUSTED,
+            "dependency",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("last_code", "tool"),
+            "The call kept failing (last code {last_code}) and no attempt is left; nothing "
+            "was written. " + _HANDED_OVER,
+            "The action could not be completed and was handed to an operator.",
+            "The runtime's attempt limit (min(policy, max_attempts_remaining)) is spent.",
+        ),
+        _spec(
+            LOOP_GUARD,
+            "dependency",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("last_code", "tool"),
+            "The call failed the same way (code {last_code}) several times in a row; nothing "
+            "was written. " + _HANDED_OVER,
+            "The action could not be completed and was handed to an operator.",
+            "The same error fingerprint policy.loop_guard times in a row.",
+        ),
+        _spec(
+            NOT_BEFORE_TOO_FAR,
+            "dependency",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("last_code", "tool"),
+            "The downstream asked to wait longer than this tool may wait (code {last_code}); "
+            "nothing was written. " + _HANDED_OVER,
+            "The action could not be completed and was handed to an operator.",
+            "The adapter's not_before lies beyond policy.retry.longest_wait.",
+        ),
+        _spec(
+            UNVERIFIABLE_UNKNOWN,
+            "dependency",
+            "unknown",
+            "never",
+            "escalate",
+            0,
+            ("reason", "tool"),
+            "The request may have reached the downstream ({reason}) and this tool cannot look "
+            "it up, so whether it took effect is unknown. An operator will check it; do not "
+            "retry it.",
+            "We could not confirm whether the action took effect; an operator will check it.",
+            "A write whose outcome is unknown, for a tool without a lookup.",
+        ),
+        _spec(
+            LOOKUP_UNAVAILABLE,
+            "dependency",
+            "unknown",
+            "never",
+            "escalate",
+            0,
+            ("lookups", "tool"),
+            "Whether the request took effect is unknown, and the downstream's lookup stayed "
+            "unavailable ({lookups} tries in a row). An operator will check it; do not retry it.",
+            "We could not confirm whether the action took effect; an operator will check it.",
+            "Verification gave up: the lookup was unavailable too often.",
+        ),
+        _spec(
+            NO_LOOKUP,
+            "internal",
+            "unknown",
+            "never",
+            "escalate",
+            0,
+            ("tool",),
+            "Whether the request took effect is unknown and this tool has no lookup. An "
+            "operator will check it; do not retry it.",
+            "We could not confirm whether the action took effect; an operator will check it.",
+            "A verification was due but the tool has no lookup.",
+        ),
+        _spec(
+            REJECTED,
+            "authorization",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("approver", "tool"),
+            "A human ({approver}) rejected the approval request; nothing was written. The "
+            "step will not run; do not retry it, make a new plan.",
+            "The action was rejected and will not run.",
+            "A human rejected the approval request; the step failed.",
+        ),
+        _spec(
+            CANCELLED,
+            "internal",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("by", "tool"),
+            "The step was cancelled (by {by}) before it wrote anything. It will not run; do not "
+            "retry it.",
+            "The action was cancelled and will not run.",
+            "The agent service or an operator cancelled the step.",
+        ),
+        _spec(
+            OPERATOR_RESOLVED,
+            "internal",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("operator", "tool"),
+            "An operator ({operator}) closed this step as failed. It will not run again; do "
+            "not retry it, make a new plan.",
+            "The action was closed as failed by an operator.",
+            "An operator closed the escalated step as failed, stating that nothing was written.",
+        ),
+        _spec(
+            OPERATION_NOT_FOUND,
+            "dependency",
+            "not_committed",
+            "after_delay",
+            "wait_and_retry",
+            3,
+            ("tool",),
+            "Verification found no trace of the earlier request after the downstream's "
+            "consistency window: it did not take effect. The scheduler sends it again under "
+            "the same operation_ref after not_before; do not retry it yourself.",
+            "The action did not take effect yet; we will retry automatically.",
+            "A lookup after the consistency window did not find the write: a retry is safe.",
+        ),
+        _spec(
+            WORKER_LOST,
+            "internal",
+            "not_committed",
+            "after_delay",
+            "wait_and_retry",
+            3,
+            ("tool",),
+            "The worker running this read stopped before it answered; a read changes nothing. "
+            + _WAIT,
+            "The action was interrupted; we will retry automatically.",
+            "A read's worker vanished (lease expired); the read runs again.",
+        ),
     )
 }
 
@@ -387,6 +548,10 @@ _EXHAUSTED_AGENT: Final = (
     "The call ended with {code}; nothing was written, and no retry is left. "
     "An operator will look; do not retry it."
 )
+_STOPPED_AGENT: Final = (
+    "The call ended with {code}; nothing was written. It was handed to an operator; do not "
+    "retry it."
+)
 _UNKNOWN_USER: Final = "We are checking whether the action took effect."
 _ESCALATE_USER: Final = "The action could not be completed and was handed to an operator."
 
@@ -417,13 +582,15 @@ def build_error(
     commit_state: CommitState | None = None,
     next_action: NextAction | None = None,
     attempts_remaining: int | None = None,
+    category: Category | None = None,
 ) -> ToolError:
     """The envelope for ``code``: classification from the catalogue, messages from its
     templates, details filtered to its allowed keys and scanned for secrets.
 
     ``commit_state="unknown"`` turns any code into its may-have-been-written form
     (``never``, verify or escalate). An ``after_delay`` code with no attempts left
-    escalates instead of asking for a wait that would be refused.
+    escalates instead of asking for a wait that would be refused; ``escalate`` always
+    comes with ``never`` and no attempts left. ``category`` overrides the code's own.
     """
     spec = spec_for(code)
     safe = safe_details_for(details or {}, spec.allowed_keys)
@@ -439,10 +606,17 @@ def build_error(
         directive, remaining, when = "never", 0, None
         wanted = next_action or spec.next_action
         action = wanted if wanted in ("verify_operation", "escalate") else "escalate"
-        if spec.commit_state != "unknown" or action == "escalate":
+        own = spec.commit_state == "unknown" and spec.next_action == action
+        if not own:
             then = _VERIFY if action == "verify_operation" else _CHECK
             agent = _UNKNOWN_AGENT.format(code=spec.code, then=then)
-        user = _UNKNOWN_USER if action == "verify_operation" else _ESCALATE_USER
+            user = _UNKNOWN_USER if action == "verify_operation" else _ESCALATE_USER
+    elif action == "escalate":
+        directive, remaining, when = "never", 0, None
+        if spec.next_action != "escalate":
+            # The code's template asks for something else (a fix, a wait, an approval).
+            agent = _STOPPED_AGENT.format(code=spec.code)
+            user = _ESCALATE_USER
     elif directive == "after_delay" and (remaining < 1 or when is None):
         # A wait the runtime would refuse is not offered: no attempts (or no time) left.
         directive, action, when, remaining = "never", "escalate", None, 0
@@ -450,7 +624,7 @@ def build_error(
         user = _ESCALATE_USER
     return ToolError(
         code=spec.code,
-        category=spec.category,
+        category=category or spec.category,
         commit_state=state,
         retry=Retry(directive=directive, not_before=when, max_attempts_remaining=remaining),
         next_action=action,

@@ -6,6 +6,21 @@ pickle round trip Celery puts it through.
 
 from __future__ import annotations
 
+from typing import Final
+
+MAX_SHOWN: Final = 40
+"""How much of a caller's value an error message quotes."""
+
+
+def shown(value: object, limit: int = MAX_SHOWN) -> str:
+    """A caller's value fit for an error message: a short quoted prefix and its length,
+    never the whole of it (a 5 MB operation_ref must not become a 5 MB message)."""
+    if not isinstance(value, str):
+        return f"<{type(value).__name__}>"
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
+
 
 class ToolsafeError(Exception):
     """Root of every exception toolsafe raises on purpose."""
@@ -21,7 +36,7 @@ class UnknownToolError(ToolsafeError, LookupError):
 
     def __str__(self) -> str:
         names = ", ".join(self.known) if self.known else "none"
-        return f"unknown tool {self.tool!r}; registered tools: {names}"
+        return f"unknown tool {shown(self.tool)}; registered tools: {names}"
 
 
 class AdapterLoadError(ToolsafeError, ImportError):
@@ -45,3 +60,33 @@ class DuplicateToolError(ToolsafeError, ValueError):
 
     def __str__(self) -> str:
         return f"tool {self.tool!r} is already registered"
+
+
+INVALID_INPUT: Final = "INVALID_INPUT"
+INPUT_TOO_LARGE: Final = "INPUT_TOO_LARGE"
+INPUT_NOT_AN_OBJECT: Final = "INPUT_NOT_AN_OBJECT"
+INPUT_NOT_JSON: Final = "INPUT_NOT_JSON"
+INPUT_CODES: Final = (INVALID_INPUT, INPUT_TOO_LARGE, INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON)
+"""``InvalidInput.code``: fields fail the adapter's model, the input is over toolsafe's
+size limit, it is not a JSON object, or it holds values JSON cannot carry."""
+
+
+class InvalidInput(ToolsafeError, ValueError):
+    """The input cannot be submitted: nothing was stored or sent.
+
+    ``code`` says why (``INPUT_CODES``); ``errors`` names the fields and their codes.
+    """
+
+    def __init__(
+        self, tool: str, errors: tuple[tuple[str, str], ...], code: str = INVALID_INPUT
+    ) -> None:
+        # Field names may be a caller's keys (an extra field): keep them short.
+        errors = tuple((field[:MAX_SHOWN], error_code) for field, error_code in errors[:20])
+        super().__init__(tool, errors, code)
+        self.tool = tool
+        self.errors = errors
+        self.code = code
+
+    def __str__(self) -> str:
+        shown_errors = ", ".join(f"{field} ({code})" for field, code in self.errors)
+        return f"invalid input for {shown(self.tool)} [{self.code}]: {shown_errors}"

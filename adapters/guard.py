@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -33,6 +34,7 @@ from toolsafe.adapters.protocol import (
     LookupUnavailable,
     field_errors_from,
 )
+from toolsafe.adapters.results import Redaction, clean_result
 
 log = logging.getLogger("toolsafe.adapters")
 
@@ -119,6 +121,30 @@ def checked(adapter: Adapter[Any], operation_ref: str, returned: object) -> AnyS
     return envelope
 
 
+Redactions = tuple[Redaction, ...]
+
+
+def _log_redactions(adapter: Adapter[Any], found: Redactions, what: str) -> None:
+    if found:
+        log.warning(
+            "%s of %s: %d part(s) withheld (%s)",
+            what,
+            adapter.tool,
+            len(found),
+            ", ".join(sorted({item.kind for item in found})),
+            extra={"event": "result_redacted", "tool": adapter.tool, "redactions": len(found)},
+        )
+
+
+def cleaned_success(adapter: Adapter[Any], envelope: AnySuccess) -> tuple[AnySuccess, Redactions]:
+    """The success with its result through the adapter's result model and cleaned."""
+    result, found = clean_result(envelope.result, adapter.result_model)
+    _log_redactions(adapter, found, "success result")
+    if not found and result == envelope.result:
+        return envelope, found
+    return envelope.model_copy(update={"result": result}), found
+
+
 def call_adapter(
     adapter: Adapter[Any],
     raw_input: Mapping[str, Any],
@@ -126,6 +152,28 @@ def call_adapter(
     context: CallContext | None = None,
 ) -> AnySuccess | ToolError:
     """Validate the input, execute, and check the result; never raises for adapter bugs."""
+    return call_adapter_recorded(adapter, raw_input, operation_ref, context)[0]
+
+
+def call_adapter_recorded(
+    adapter: Adapter[Any],
+    raw_input: Mapping[str, Any],
+    operation_ref: str,
+    context: CallContext | None = None,
+) -> tuple[AnySuccess | ToolError, Redactions]:
+    """:func:`call_adapter`, plus what was withheld from a success result."""
+    envelope = _call_adapter(adapter, raw_input, operation_ref, context)
+    if isinstance(envelope, ToolError):
+        return envelope, ()
+    return cleaned_success(adapter, envelope)
+
+
+def _call_adapter(
+    adapter: Adapter[Any],
+    raw_input: Mapping[str, Any],
+    operation_ref: str,
+    context: CallContext | None = None,
+) -> AnySuccess | ToolError:
     try:
         parsed = adapter.parse_input(raw_input)
     except ValidationError as error:
@@ -158,6 +206,22 @@ def call_adapter(
 
 def call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
     """Run the adapter's lookup; an exception or a wrong answer counts as unavailable."""
+    return call_lookup_recorded(adapter, operation_ref)[0]
+
+
+def call_lookup_recorded(
+    adapter: Adapter[Any], operation_ref: str
+) -> tuple[LookupResult, Redactions]:
+    """:func:`call_lookup`, with a found result cleaned like a success's."""
+    found = _call_lookup(adapter, operation_ref)
+    if not isinstance(found, LookupFound):
+        return found, ()
+    result, withheld = clean_result(found.result, adapter.result_model)
+    _log_redactions(adapter, withheld, "lookup result")
+    return replace(found, result=result), withheld
+
+
+def _call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
     now = datetime.now(UTC)
     if not adapter.has_lookup:
         return LookupUnavailable(checked_at=now, code=codes.LOOKUP_NOT_PROVIDED)

@@ -42,7 +42,7 @@ from toolsafe.adapters.protocol import (
     LookupResult,
     LookupUnavailable,
 )
-from toolsafe.adapters.redaction import clean_text, looks_like_instructions, safe_text
+from toolsafe.adapters.redaction import clean_text, looks_like_instructions
 
 log = logging.getLogger("toolsafe.adapters.http")
 
@@ -403,8 +403,9 @@ class HttpAdapter(Adapter[InputT]):
 
     # --- success and lookup --------------------------------------------------------
     def extract_record(self, body: Mapping[str, Any]) -> tuple[dict[str, JsonValue], str | None]:
-        """The allow-listed result fields (text made safe) and the evidence reference of
-        the record at ``record_key`` (None: the body itself)."""
+        """The allow-listed result fields and the evidence reference. The values are
+        upstream text still: the guard passes them through ``result_model`` and cleans
+        every string (``toolsafe.adapters.results``) before anything stores them."""
         record = body.get(self.record_key) if self.record_key else body
         if not isinstance(record, Mapping):
             return {}, None
@@ -417,12 +418,10 @@ class HttpAdapter(Adapter[InputT]):
             if name not in record:
                 continue
             value = record[name]
-            if isinstance(value, str):
-                result[name] = safe_text(value)
-            elif value is None or isinstance(value, bool | int):
-                result[name] = value
-            elif isinstance(value, float):
+            if isinstance(value, float):
                 result[name] = value if math.isfinite(value) else None
+            elif value is None or isinstance(value, str | bool | int | list | dict):
+                result[name] = value
         evidence = record.get(self.evidence_field) if self.evidence_field else None
         if isinstance(evidence, int) and not isinstance(evidence, bool):
             evidence = str(evidence)

@@ -10,9 +10,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import BaseModel, JsonValue, SecretBytes, SecretStr, ValidationError
+from pydantic_core import to_jsonable_python
 
 from toolsafe.adapters.codes import LOOKUP_UNSPECIFIED
 from toolsafe.adapters.envelope import AnySuccess, ToolError
@@ -80,18 +81,57 @@ def field_errors_from(error: ValidationError) -> list[FieldError]:
     return found
 
 
+def _revealed(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, SecretBytes):
+        return value.get_secret_value().decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {key: _revealed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_revealed(item) for item in value]
+    return value
+
+
+def _is_secret(annotation: Any) -> bool:
+    if annotation in (SecretStr, SecretBytes):
+        return True
+    return any(_is_secret(argument) for argument in get_args(annotation))
+
+
+def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(
+        info.alias or name
+        for name, info in model.model_fields.items()
+        if _is_secret(info.annotation)
+    )
+
+
+def model_json(model: BaseModel) -> dict[str, Any]:
+    """A validated model as plain JSON that validates back to the same model: field
+    aliases as declared, defaults explicit, secret values revealed (toolsafe seals them
+    before they are stored, see ``toolsafe.recovery.secrets``)."""
+    dumped = _revealed(model.model_dump(mode="python", by_alias=True))
+    data: dict[str, Any] = to_jsonable_python(dumped)
+    return data
+
+
 class Adapter(ABC, Generic[InputT]):
     """Base class of every tool adapter.
 
     Subclasses set the class attributes and implement :meth:`execute`; write adapters
     that can look an operation up downstream set ``has_lookup`` and implement
     :meth:`lookup`. ``consistency_window`` is how long after a write the downstream's
-    lookup may still miss it.
+    lookup may still miss it. Input fields typed ``SecretStr`` are encrypted at rest.
     """
 
     tool: ClassVar[str]
     writes: ClassVar[bool]
     input_model: ClassVar[type[BaseModel]]
+    # The shape of a success's ``result`` (optional): a result passes it before it is
+    # stored or shown (unknown keys dropped, types checked), then every string in it is
+    # cleaned and scanned (``toolsafe.adapters.results``). Leave extra keys to be ignored.
+    result_model: ClassVar[type[BaseModel] | None] = None
     has_lookup: ClassVar[bool] = False
     consistency_window: ClassVar[timedelta] = timedelta(0)
 
@@ -99,6 +139,18 @@ class Adapter(ABC, Generic[InputT]):
         """The raw input as the adapter's model; raises ``ValidationError``."""
         parsed = self.input_model.model_validate(dict(raw))
         return parsed  # type: ignore[return-value]
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """Top-level input fields typed ``SecretStr``/``SecretBytes`` (optional or not),
+        by the name they have in the input: toolsafe stores them encrypted."""
+        return secret_fields_of(cls.input_model)
+
+    def canonical_input(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The input as this adapter's model reads it (``42.0`` for an int is ``42``,
+        defaults explicit): two inputs are the same call when these are equal. Raises
+        ``ValidationError`` for input that :meth:`validate` rejects."""
+        return model_json(self.parse_input(raw))
 
     def validate(self, raw: Mapping[str, Any]) -> list[FieldError]:
         """Field errors of the raw input, empty when it may be sent."""

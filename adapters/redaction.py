@@ -104,6 +104,38 @@ def _card_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# Two letters, two check digits, 11 to 30 letters and digits, in groups of four or not.
+_IBAN_CANDIDATE: Final = re.compile(
+    r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])"
+)
+
+
+def iban_valid(candidate: str) -> bool:
+    """ISO 13616's mod-97 check: the four first characters moved to the end, letters as
+    10..35, the number modulo 97 is 1."""
+    compact = candidate.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    moved = compact[4:] + compact[:4]
+    digits = "".join(str(int(char, 36)) for char in moved)
+    return int(digits) % 97 == 1
+
+
+def _iban_spans(text: str) -> list[tuple[int, int]]:
+    spans = []
+    for match in _IBAN_CANDIDATE.finditer(text):
+        found = match.group().rstrip()
+        # Words in capitals may follow ("… PAID"): drop trailing words until it checks.
+        while found:
+            if iban_valid(found):
+                spans.append((match.start(), match.start() + len(found)))
+                break
+            if " " not in found:
+                break
+            found = found.rsplit(" ", 1)[0]
+    return spans
+
+
 def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
     text = text[:MAX_SCAN]
@@ -111,6 +143,8 @@ def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
         text = secret.pattern.sub(f"[REDACTED:{secret.kind}]", text)
     for start, end in reversed(_card_spans(text)):
         text = f"{text[:start]}[REDACTED:card_number]{text[end:]}"
+    for start, end in reversed(_iban_spans(text)):
+        text = f"{text[:start]}[REDACTED:iban]{text[end:]}"
     allowed = {address.lower() for address in allowed_emails}
 
     def _email(match: re.Match[str]) -> str:
@@ -266,3 +300,19 @@ class RedactingFilter(logging.Filter):
             if key not in _RECORD_TEXT_ATTRS and isinstance(value, str):
                 setattr(record, key, self._scrub(value))
         return True
+
+
+def install_log_guard(logger: logging.Logger | None = None) -> RedactingFilter:
+    """Attach one :class:`RedactingFilter` to every handler of ``logger`` (the root logger
+    by default) that does not have one yet; returns the filter. Workers call it when
+    Celery has set up their logging; a gateway or any process of your own calls it after
+    configuring its handlers (handlers added later need it attached again)."""
+    target = logger if logger is not None else logging.getLogger()
+    guard = next(
+        (f for h in target.handlers for f in h.filters if isinstance(f, RedactingFilter)),
+        RedactingFilter(),
+    )
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(guard)
+    return guard

@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolsafe.adapters import codes
+from toolsafe.adapters.examples.invoice import InvoiceResult
 from toolsafe.adapters.redaction import (
     RedactingFilter,
     clean_text,
@@ -23,6 +24,7 @@ from toolsafe.adapters.redaction import (
     redact,
     safe_text,
 )
+from toolsafe.adapters.results import clean_result
 
 SHORT = "downstream rejected recipient_email for run_81/step_4 (HTTP 422), retry later"
 LOG_LINE = "calling https://billing.internal/v1/x?api_key=AbCdEf1234567890 as bob@corp.example"
@@ -54,6 +56,15 @@ def per_call(function: Callable[[], object], budget: float = 0.4) -> float:
     return statistics.median(rounds)
 
 
+INVOICE_RESULT = {
+    "id": "inv_000123",
+    "customer_id": "cus_1",
+    "amount_cents": 4200,
+    "currency": "EUR",
+    "created_at": "2026-12-01T10:20:30.123456+00:00",
+}
+
+
 def main() -> None:
     log_filter = RedactingFilter()
 
@@ -69,6 +80,10 @@ def main() -> None:
         ("log filter, one record with a secret", filtered),
         ("safe_text, 1.6 KB stack trace", lambda: safe_text(TRACE)),
         ("safe_text, 64 KiB HTML body", lambda: safe_text(BODY_64K)),
+        (
+            "clean_result, an invoice success (5 fields)",
+            lambda: clean_result(INVOICE_RESULT, InvoiceResult),
+        ),
         (
             "build_error (template + details check)",
             lambda: codes.build_error(

@@ -6,6 +6,7 @@ DESIGN §5–§6 as code. No I/O, no clock reads; the only randomness is the ``r
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, assert_never
 
@@ -14,6 +15,7 @@ from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.backoff import retry_delay, unavailable_delay, verification_delay
+from toolsafe.recovery.envelopes import shown_envelope
 from toolsafe.recovery.fingerprint import error_fingerprint
 from toolsafe.recovery.outcomes import (
     Action,
@@ -52,11 +54,15 @@ def decide(
     step: StepSnapshot, outcome: Outcome, now: datetime, policy: Policy, rng: random.Random
 ) -> Decision:
     """The Decision for ``outcome`` on ``step``; raises ``TransitionRefused`` when an agent
-    or operator action is not allowed, or a worker's outcome is stale."""
+    or operator action is not allowed, or a worker's outcome is stale.
+
+    The Decision carries the envelope the model sees in the new state
+    (``toolsafe.recovery.envelopes``), which agrees with it.
+    """
     decision = _decide(step, outcome, now, policy, rng)
     if (step.state, decision.state) not in ALLOWED:
         raise IllegalTransition(step.state, decision.state)
-    return decision
+    return replace(decision, envelope=shown_envelope(step, outcome, decision, now))
 
 
 def _decide(
@@ -92,7 +98,9 @@ def _decide(
                 "unknown, being verified); wait for verification or ask an operator to resolve",
             )
         extra = {"by": outcome.by, "reason": outcome.reason}
-        return _to(step, S.CANCELLED, "cancel", step.commit_state, reason=R.CANCELLED, extra=extra)
+        # Never executed (None) or provably not written: a cancelled step wrote nothing.
+        committed = step.commit_state or "not_committed"
+        return _to(step, S.CANCELLED, "cancel", committed, reason=R.CANCELLED, extra=extra)
     if isinstance(outcome, Resolved):
         return _resolved(step, outcome, now, policy)
     assert_never(outcome)

@@ -3,13 +3,15 @@ and what must happen next. No I/O here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from toolsafe.adapters.envelope import AnySuccess, CommitState, ToolError
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.protocol import FieldError, LookupResult
+from toolsafe.adapters.results import Redaction
 from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.states import StepState
 
@@ -34,6 +36,7 @@ class StepSnapshot:
     flagged_fields: tuple[str, ...] = ()  # fields named by the last correct_input
     approval_input_hash: str | None = None  # input hash the approval request binds to
     due_at: datetime | None = None
+    envelope: Mapping[str, Any] | None = None  # the envelope the model sees now (wire JSON)
 
 
 # ----------------------------------------------------------------------- outcomes
@@ -41,9 +44,11 @@ class StepSnapshot:
 
 @dataclass(frozen=True)
 class Executed:
-    """A worker's execution ended with this (already checked) envelope."""
+    """A worker's execution ended with this (already checked) envelope; ``redactions``
+    name what was withheld from its result (recorded in the event)."""
 
     envelope: AnySuccess | ToolError
+    redactions: tuple[Redaction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class LookedUp:
     """A worker's verification lookup answered."""
 
     result: LookupResult
+    redactions: tuple[Redaction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,9 @@ class Decision:
     input_hash: str | None = None  # corrected input accepted
     approval_input_hash: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    # What the model sees in the new state (``toolsafe.recovery.envelopes``): None while
+    # there is no outcome yet (pending); the adapter's own envelope stays in the event.
+    envelope: AnySuccess | ToolError | None = None
 
 
 class TransitionRefused(ToolsafeError):

@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from pydantic import ValidationError
 from sqlalchemy import Row
 
-from toolsafe.adapters.envelope import AnySuccess, CommitState, Verification, to_wire
+from toolsafe.adapters.envelope import CommitState, to_wire
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.recovery import guards
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
@@ -52,13 +51,21 @@ def snapshot(row: Row[Any] | StepRecord, traits: ToolTraits) -> StepSnapshot:
         flagged_fields=tuple(row.flagged_fields or ()),
         approval_input_hash=row.approval_input_hash,
         due_at=row.due_at,
+        envelope=row.last_envelope,
     )
 
 
-def decision_values(decision: Decision) -> dict[str, Any]:
-    """The columns a Decision sets; its ``None`` counters mean "unchanged"."""
+def decision_values(decision: Decision, envelope: Any = None) -> dict[str, Any]:
+    """The columns a Decision sets; its ``None`` counters mean "unchanged".
+
+    ``last_envelope`` is the envelope the model sees in the new state (None while there
+    is no outcome yet); ``envelope`` passes it already serialised.
+    """
+    if envelope is None and decision.envelope is not None:
+        envelope = to_wire(decision.envelope)
     values: dict[str, Any] = {
         "state": decision.state.value,
+        "last_envelope": envelope,
         "commit_state": decision.commit_state,
         "due_at": decision.due_at,
         "reason": decision.reason,
@@ -102,7 +109,10 @@ def decision_detail(decision: Decision) -> dict[str, Any]:
 
 def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
     """The redacted envelope of an execution, or a summary of a lookup (not its result)."""
+    redacted = [item.as_json() for item in outcome.redactions]
     if isinstance(outcome, Executed):
+        if redacted:
+            return {"envelope": to_wire(outcome.envelope), "redactions": redacted}
         return {"envelope": to_wire(outcome.envelope)}
     result = outcome.result
     summary: dict[str, Any] = {"checked_at": iso(result.checked_at)}
@@ -117,20 +127,9 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
         summary["code"] = result.code
         if result.retry_after is not None:
             summary["retry_after_seconds"] = result.retry_after.total_seconds()
+    if redacted:
+        return {"lookup": summary, "redactions": redacted}
     return {"lookup": summary}
-
-
-def verified_success(operation_ref: str, found: LookupFound) -> dict[str, Any]:
-    """The ToolSuccess a successful verification stands for, as wire JSON."""
-    verification = Verification(checked_at=found.checked_at, evidence_ref=found.evidence_ref)
-    try:
-        success = AnySuccess(
-            operation_ref=operation_ref, result=found.result, verification=verification
-        )
-    except ValidationError:
-        # A lookup result that is not plain JSON still proves the commit; keep the proof.
-        success = AnySuccess(operation_ref=operation_ref, result=None, verification=verification)
-    return to_wire(success)
 
 
 def json_ready(values: Mapping[str, Any]) -> dict[str, Any]:

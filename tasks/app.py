@@ -15,10 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, worker_init, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_process_init,
+)
 from kombu.exceptions import ChannelError
 
 from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.redaction import install_log_guard
 from toolsafe.celeryconfig import (
     ESCALATE_TASK,
     EXECUTE_QUEUE,
@@ -158,6 +164,10 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
     _register_tasks(app)
     if app.settings.log_json:
         after_setup_logger.connect(_json_logs, weak=False)
+    # The worker's own handlers (its log file or stderr) carry adapter and task logs:
+    # every record is redacted before any of them writes it (docs/redaction.md).
+    after_setup_logger.connect(_guard_logs, weak=False, dispatch_uid="toolsafe-log-guard")
+    after_setup_task_logger.connect(_guard_logs, weak=False, dispatch_uid="toolsafe-task-log-guard")
 
     def check_before_start(sender: Any = None, **_: Any) -> None:
         # Fail at start, not at the first task: adapters and handlers must import.
@@ -191,6 +201,10 @@ def default_app(settings: Settings | None = None) -> ToolsafeApp:
             _default = create_app(settings)
             _default.set_current()
         return _default
+
+
+def _guard_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    install_log_guard(logger)
 
 
 def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:

@@ -12,31 +12,26 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from toolsafe.adapters.errors import ToolsafeError
-from toolsafe.adapters.protocol import FieldError
+from toolsafe.adapters.errors import (
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    INPUT_TOO_LARGE,
+    ToolsafeError,
+)
+from toolsafe.adapters.errors import InvalidInput as InvalidInput
+from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery import reasons as R
+from toolsafe.recovery.canonical import canonical_json, input_hash
 from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.store import Recorded, StepRecord
-from toolsafe.settings import Settings
+from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
 from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime, utcnow
 from toolsafe.tasks.views import StepView, build_view
-
-
-class InvalidInput(ToolsafeError, ValueError):
-    """The input fails the adapter's validation; nothing was stored or sent."""
-
-    def __init__(self, tool: str, errors: tuple[tuple[str, str], ...]) -> None:
-        super().__init__(tool, errors)
-        self.tool = tool
-        self.errors = errors
-
-    def __str__(self) -> str:
-        shown = ", ".join(f"{field} ({code})" for field, code in self.errors)
-        return f"invalid input for {self.tool}: {shown}"
 
 
 class WaitTimeout(ToolsafeError, TimeoutError):
@@ -112,20 +107,29 @@ class Client:
         """
         runtime = self.runtime
         adapter = runtime.adapter(tool)
+        raw_size = self._check_shape(tool, input)
         problems = adapter.validate(input)
         if problems:
             raise InvalidInput(tool, _errors(problems))
+        canonical = self._canonical(tool, adapter, input)
+        stored, hashes = self._sealed(tool, adapter, canonical)
+        if not adapter.secret_fields() and raw_size:
+            # Steps stored before inputs were canonical carry the hash of the raw input.
+            hashes.append(input_hash(input))
         now = utcnow()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
         # hint published right after. Should that publish be lost, the sweeper
         # re-publishes once ``republish_after`` has passed since the stamp (R7).
         submitted = runtime.store.submit(
             tool,
-            input,
+            stored,
             operation_ref=operation_ref,
             policy=runtime.policy_for(tool),
             now=now,
             published_at=now,
+            digest=hashes[0],
+            equivalent_hashes=hashes[1:],
+            same_input=lambda found: self._opens_to(found, canonical),
         )
         step = submitted.step
         if submitted.event is not None:
@@ -137,6 +141,58 @@ class Client:
             self.hints.execute(step.operation_ref, None, now)
             runtime.store.mark_published(step.operation_ref, utcnow())
         return self.view(step.operation_ref)
+
+    def _check_shape(self, tool: str, input: object) -> int:
+        """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
+        if not isinstance(input, Mapping):
+            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        try:
+            size = len(canonical_json(input).encode("utf-8"))
+        except (TypeError, ValueError, RecursionError):
+            # Keys or values JSON cannot carry (a set, NaN, a nested object too deep).
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+        limit = self.runtime.settings.max_input_bytes
+        if size > limit:
+            raise InvalidInput(
+                tool, (("input", f"{INPUT_TOO_LARGE} > {limit} bytes"),), INPUT_TOO_LARGE
+            )
+        return size
+
+    def _canonical(
+        self, tool: str, adapter: Adapter[Any], input: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The input as the adapter's model reads it (``42.0`` is ``42``, defaults made
+        explicit): what is stored, and what decides whether a repeat is the same call."""
+        try:
+            canonical = adapter.canonical_input(input)
+        except (TypeError, ValueError) as error:
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from error
+        self._check_shape(tool, canonical)
+        return canonical
+
+    def _opens_to(self, stored: dict[str, Any], canonical: dict[str, Any]) -> bool:
+        """Whether a stored input is ``canonical`` once its secrets are opened."""
+        try:
+            return self.runtime.open_input(stored) == canonical
+        except SecretKeyError:
+            return False
+
+    def _sealed(
+        self, tool: str, adapter: Adapter[Any], canonical: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """What is stored: secret fields sealed; and the input's hashes, the one to store
+        first (secret values enter them as an HMAC, never in the clear)."""
+        secret = adapter.secret_fields()
+        if not secret:
+            return canonical, [input_hash(canonical)]
+        box = self.runtime.secret_box
+        if box is None:
+            raise SettingsError(
+                "TOOLSAFE_SECRET_KEYS",
+                f"tool {tool} has secret input fields ({', '.join(sorted(secret))}); they are "
+                "stored encrypted, so a key is required (`toolsafe secrets new-key`)",
+            )
+        return box.seal(canonical, secret), box.hashes(canonical, secret)
 
     def _unpublished(self, step: StepRecord, now: datetime) -> bool:
         """No hint, or none recent enough to trust, was published for the step."""
@@ -172,9 +228,17 @@ class Client:
         runtime = self.runtime
         step = runtime.store.get(operation_ref)
         adapter = runtime.adapter(step.tool)
+        self._check_shape(step.tool, new_input)
+        corrected = dict(new_input)
+        if not adapter.validate(new_input):
+            corrected = self._canonical(step.tool, adapter, new_input)
+        stored, hashes = self._sealed(step.tool, adapter, corrected)
         recorded = runtime.store.provide_input(
             operation_ref,
-            new_input,
+            corrected,
+            stored=stored,
+            digest=hashes[0],
+            open_stored=runtime.open_input,
             validate=adapter.validate,
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),

@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from toolsafe.adapters import codes
-from toolsafe.adapters.envelope import AnySuccess, ToolError
-from toolsafe.adapters.guard import call_adapter, call_lookup
+from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
+from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
@@ -26,6 +27,7 @@ from toolsafe.tasks.runtime import Runtime, utcnow
 log = logging.getLogger("toolsafe.pipeline")
 
 UNKNOWN_TOOL: Final = codes.UNKNOWN_TOOL
+SECRET_KEY_MISSING: Final = "SECRET_KEY_MISSING"  # noqa: S105 - a code, not a secret
 
 
 class Hints(Protocol):
@@ -65,6 +67,22 @@ def approval_ref(step: StepRecord) -> str | None:
 def unknown_tool(operation_ref: str, tool: str) -> ToolError:
     """No adapter for the step's tool in this worker: nothing was sent."""
     return codes.build_error(UNKNOWN_TOOL, operation_ref, {"tool": tool[:100]})
+
+
+def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
+    """The step's sealed input cannot be opened with this worker's keys: nothing was sent."""
+    return ToolError(
+        code=SECRET_KEY_MISSING,
+        category="internal",
+        commit_state="not_committed",
+        retry=Retry(directive="never", max_attempts_remaining=0),
+        next_action="escalate",
+        operation_ref=operation_ref,
+        safe_details={"tool": tool[:100]},
+        agent_message="The call's secret input could not be decrypted; nothing was sent. "
+        "An operator will look.",
+        user_message="The action could not be started and was handed to an operator.",
+    )
 
 
 def carry_out(
@@ -117,18 +135,31 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
         attempt=step.attempts,
     )
     envelope: AnySuccess | ToolError
-    if step.tool in runtime.registry:
+    redactions: Redactions = ()
+    opened: dict[str, Any] | None = None
+    try:
+        opened = runtime.open_input(step.input)
+    except SecretKeyError as error:
+        # Nothing was sent: no key opens the secret field. An operator must look.
+        log.error(
+            "%s", error, extra={"event": "secret_key_missing", "operation_ref": operation_ref}
+        )
+    if opened is None:
+        envelope = secret_key_missing(operation_ref, step.tool)
+    elif step.tool in runtime.registry:
         context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
         runtime.faults.hit("before_call", operation_ref)
         with runtime.faults.during("during_call", operation_ref):
-            envelope = call_adapter(runtime.adapter(step.tool), step.input, operation_ref, context)
+            envelope, redactions = call_adapter_recorded(
+                runtime.adapter(step.tool), opened, operation_ref, context
+            )
     else:
         envelope = unknown_tool(operation_ref, step.tool)
     return _record(
         runtime,
         hints,
         claim,
-        Executed(envelope),
+        Executed(envelope, redactions),
         "execute_recorded",
         code=getattr(envelope, "code", None),
     )
@@ -145,13 +176,19 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     runtime.faults.hit("after_claim", operation_ref)
     step = claim.step
     found: LookupResult
+    redactions: Redactions = ()
     if step.tool in runtime.registry:
         with runtime.faults.during("during_call", operation_ref):
-            found = call_lookup(runtime.adapter(step.tool), operation_ref)
+            found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
     else:
         found = LookupUnavailable(checked_at=utcnow(), code=codes.LOOKUP_UNKNOWN_TOOL)
     return _record(
-        runtime, hints, claim, LookedUp(found), "verify_recorded", result=type(found).__name__
+        runtime,
+        hints,
+        claim,
+        LookedUp(found, redactions),
+        "verify_recorded",
+        result=type(found).__name__,
     )
 
 

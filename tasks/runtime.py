@@ -18,6 +18,7 @@ from typing import Any
 from toolsafe.adapters.protocol import Adapter
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.secrets import SecretBox, open_without_keys
 from toolsafe.recovery.store import StepStore, StorePort
 from toolsafe.settings import Settings
 from toolsafe.tasks.faults import Faults
@@ -56,6 +57,7 @@ class Runtime:
         self._rng = random.Random()
         # Built once per tool: the settings never change, and this is on the hot path.
         self._policies: dict[str, Policy] = {}
+        self.secret_box = SecretBox(settings.secret_keys) if settings.secret_keys else None
         _RUNTIMES.add(self)
 
     @property
@@ -123,6 +125,13 @@ class Runtime:
             has_lookup=adapter.has_lookup,
             consistency_window=adapter.consistency_window,
         )
+
+    def open_input(self, stored: dict[str, Any]) -> dict[str, Any]:
+        """A stored input with its sealed secret fields decrypted (``SecretKeyError``
+        when no key opens them)."""
+        if self.secret_box is None:
+            return open_without_keys(stored)
+        return self.secret_box.open(stored)
 
     def policy_for(self, tool: str) -> Policy:
         policy = self._policies.get(tool)

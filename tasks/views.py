@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from toolsafe.recovery.envelopes import NO_OUTCOME_YET
 from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
@@ -116,6 +117,14 @@ def safe_detail(detail: Mapping[str, Any]) -> dict[str, str | int | float | bool
         inner = detail.get(nested)
         if isinstance(inner, Mapping):
             sources.append(inner)
+    redactions = detail.get("redactions")
+    if isinstance(redactions, list) and redactions:
+        # Where and why a result was cut: paths of the result and kinds, never the text.
+        picked["redactions"] = ", ".join(
+            f"{item.get('path')}:{item.get('kind')}"
+            for item in redactions
+            if isinstance(item, Mapping)
+        )[:MAX_TEXT]
     for source in sources:
         for key in SAFE_DETAIL_KEYS:
             if key in picked or key not in source:
@@ -183,7 +192,9 @@ def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
 
 
 def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView:
-    envelope = safe_envelope(step.last_envelope)
+    # The stored envelope is the runtime's for the state (toolsafe.recovery.envelopes);
+    # a claimed step keeps its previous one in the row but has no outcome yet.
+    envelope = None if step.state in NO_OUTCOME_YET else safe_envelope(step.last_envelope)
     return StepView(
         operation_ref=step.operation_ref,
         tool=step.tool,

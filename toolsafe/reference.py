@@ -91,9 +91,12 @@ def _codes_table(title: str, intro: str, codes: Mapping[str, str]) -> list[str]:
 
 def _pipeline_codes() -> list[str]:
     """Envelopes the pipeline itself builds (not an adapter), rendered from the code."""
-    from toolsafe.tasks.pipeline import unknown_tool
+    from toolsafe.tasks.pipeline import secret_key_missing, unknown_tool
 
-    envelopes = [unknown_tool("run_1/step_1", "some_tool")]
+    envelopes = [
+        unknown_tool("run_1/step_1", "some_tool"),
+        secret_key_missing("run_1/step_1", "some_tool"),
+    ]
     lines = [
         "## Codes from the pipeline",
         "",

@@ -156,6 +156,12 @@ class Settings:
     # The TOOLSAFE_* variables this value was read from: the adapter modules' own
     # settings are read from here, never from the process's environment again.
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # toolsafe's own limit on a submitted input (canonical JSON), whatever the adapter's
+    # model allows: a larger one is InvalidInput INPUT_TOO_LARGE, nothing stored or sent.
+    max_input_bytes: int = 262_144
+    # Fernet keys for secret input fields at rest, newest first: the first seals, every
+    # one opens (rotation: put a new key first, drop an old one once nothing uses it).
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -174,6 +180,7 @@ class Settings:
             "TOOLSAFE_ESCALATION_RESEND_AFTER": self.escalation_resend_after,
             "TOOLSAFE_SWEEP_BATCH": self.sweep_batch,
             "TOOLSAFE_WORKER_ETA_TASK_LIMIT": self.worker_eta_task_limit,
+            "TOOLSAFE_MAX_INPUT_BYTES": self.max_input_bytes,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -284,6 +291,8 @@ def _read(reader: Reader) -> Settings:
         metrics_port=reader.port("TOOLSAFE_METRICS_PORT"),
         metrics_address=reader.host("TOOLSAFE_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
         operator=reader.name("TOOLSAFE_OPERATOR"),
+        max_input_bytes=reader.integer("TOOLSAFE_MAX_INPUT_BYTES", 262_144),
+        secret_keys=reader.secret_keys("TOOLSAFE_SECRET_KEYS"),
         environ=reader.toolsafe_variables(),
     )
 

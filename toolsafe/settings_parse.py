@@ -124,6 +124,23 @@ class Reader:
         value = self.env.get(name, "").strip()
         return value or None
 
+    def secret_keys(self, name: str) -> tuple[str, ...]:
+        """Fernet keys, comma-separated, newest first; a bad one is named by its position,
+        never echoed (it is a key, or a typo of one)."""
+        from toolsafe.recovery.secrets import check_key
+
+        keys = tuple(part.strip() for part in (self.text(name) or "").split(",") if part.strip())
+        for index, key in enumerate(keys, start=1):
+            try:
+                check_key(key)
+            except (ValueError, TypeError):
+                raise SettingsError(
+                    name,
+                    f"key {index} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                    "make one with `toolsafe secrets new-key`)",
+                ) from None
+        return keys
+
     def toolsafe_variables(self) -> dict[str, str]:
         return {key: self.env[key] for key in list(self.env) if key.startswith(PREFIX)}
 

@@ -39,11 +39,20 @@ class EmailInput(BaseModel):
     body: str = Field(default="", max_length=10_000)
 
 
+class EmailResult(BaseModel):
+    """What a sent e-mail's result holds (the subject is echoed, so it is cleaned too)."""
+
+    id: str | int
+    subject: str | None = Field(default=None, max_length=200)
+    created_at: str | None = Field(default=None, max_length=40)
+
+
 class SendEmail(HttpWriteAdapter[EmailInput]):
     """Sends one e-mail per operation_ref, looked up by operation_ref."""
 
     tool: ClassVar[str] = "send_email"
     input_model: ClassVar[type[BaseModel]] = EmailInput
+    result_model: ClassVar[type[BaseModel] | None] = EmailResult
     has_lookup: ClassVar[bool] = True
     path: ClassVar[str] = "/emails"
     lookup_path: ClassVar[str | None] = "/emails"

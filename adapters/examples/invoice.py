@@ -33,11 +33,22 @@ class InvoiceInput(BaseModel):
     memo: str | None = Field(default=None, max_length=500)
 
 
+class InvoiceResult(BaseModel):
+    """What a created invoice's result holds; anything else the downstream says is dropped."""
+
+    id: str | int
+    customer_id: str | None = Field(default=None, max_length=100)
+    amount_cents: int | None = None
+    currency: str | None = Field(default=None, max_length=3)
+    created_at: str | None = Field(default=None, max_length=40)
+
+
 class CreateInvoice(HttpWriteAdapter[InvoiceInput]):
     """Creates one invoice per operation_ref; the downstream de-duplicates by the key."""
 
     tool: ClassVar[str] = "create_invoice"
     input_model: ClassVar[type[BaseModel]] = InvoiceInput
+    result_model: ClassVar[type[BaseModel] | None] = InvoiceResult
     has_lookup: ClassVar[bool] = True
     path: ClassVar[str] = "/invoices"
     lookup_path: ClassVar[str | None] = "/invoices"

@@ -10,13 +10,13 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
-from toolsafe.adapters.protocol import LookupFound
+from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON, InvalidInput
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import (
@@ -51,7 +51,6 @@ from toolsafe.recovery.rows import (
     outcome_detail,
     snapshot,
     verification_refusal,
-    verified_success,
 )
 from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
 from toolsafe.recovery.store.memory_outbox import MemoryOutbox
@@ -98,13 +97,23 @@ class MemoryStore:
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        digest: str | None = None,
+        equivalent_hashes: Collection[str] = (),
+        same_input: Callable[[dict[str, Any]], bool] | None = None,
     ) -> Submitted:
         """A ``pending`` step due now and its ``submitted`` event; the same operation_ref
-        returns the stored step (no event), or raises ``OperationRefConflict``."""
+        returns the stored step (no event), or raises ``OperationRefConflict``. The input
+        is stored as given; ``digest``, ``equivalent_hashes`` and ``same_input`` decide a
+        repeat as in :meth:`StepStore.submit`."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
             raise InvalidOperationRef(ref)
-        digest = input_hash(input)
+        if not isinstance(input, Mapping):
+            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        try:
+            digest = digest or input_hash(input)
+        except (TypeError, ValueError, RecursionError):
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
         max_attempts = policy.retry.max_attempts
         with self._tables.transaction():
             existing = self._tables.steps.get(ref)
@@ -114,7 +123,11 @@ class MemoryStore:
             return created
         if existing.tool != tool:
             raise OperationRefConflict(ref, "tool")
-        if existing.input_hash != digest:
+        if (
+            existing.input_hash != digest
+            and existing.input_hash not in equivalent_hashes
+            and not (same_input is not None and same_input(dict(existing.input)))
+        ):
             raise OperationRefConflict(ref, "input")
         return Submitted(existing, None)
 
@@ -304,12 +317,9 @@ class MemoryStore:
     ) -> Recorded | None:
         current = claim.step
         decision = decide(snapshot(current, traits), outcome, now, policy, rng)
+        observed = outcome_detail(outcome)  # the adapter's envelope, kept in the event
+        # The envelope the model sees is the Decision's (as in the SQL store).
         values = decision_values(decision)
-        observed = outcome_detail(outcome)
-        if isinstance(outcome, Executed):
-            values["last_envelope"] = observed["envelope"]
-        elif decision.state is S.SUCCEEDED and isinstance(outcome.result, LookupFound):
-            values["last_envelope"] = verified_success(current.operation_ref, outcome.result)
         change = Change(
             "executed" if isinstance(outcome, Executed) else "looked_up",
             decision.label,
@@ -436,16 +446,21 @@ class MemoryStore:
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        stored: Mapping[str, Any] | None = None,
+        digest: str | None = None,
+        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Recorded:
         new_input = dict(new_input)
-        digest = input_hash(new_input)
+        to_store = dict(stored) if stored is not None else new_input
+        new_hash = digest or input_hash(new_input)
         field_errors = tuple(validate(new_input))
-        detail: dict[str, Any] = {"input_hash": digest}
+        detail: dict[str, Any] = {"input_hash": new_hash}
 
         def outcome_for(step: StepRecord) -> Outcome:
-            changed = changed_fields(step.input, new_input)
+            before = open_stored(dict(step.input)) if open_stored is not None else step.input
+            changed = changed_fields(before, new_input)
             detail["changed_fields"] = sorted(changed)  # names only, never the values
-            return InputCorrected(digest, changed, field_errors)
+            return InputCorrected(new_hash, changed, field_errors)
 
         return self._act(
             operation_ref,
@@ -455,7 +470,7 @@ class MemoryStore:
             traits=traits,
             policy=policy,
             now=now,
-            values_for=lambda _step, _decision: {"input": new_input},
+            values_for=lambda _step, _decision: {"input": to_store},
         )
 
     def approve(

@@ -26,7 +26,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from toolsafe.adapters.protocol import LookupFound
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.guards import EXECUTION
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, Outcome
@@ -41,7 +40,6 @@ from toolsafe.recovery.rows import (
     outcome_detail,
     snapshot,
     verification_refusal,
-    verified_success,
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
@@ -388,14 +386,11 @@ def record(
     """
     current = claimed
     decision = decide(snapshot(current, traits), outcome, now, policy, rng)
-    values = decision_values(decision)
-    observed = outcome_detail(outcome)  # the envelope is serialised once, for both uses
-    if isinstance(outcome, Executed):
-        values["last_envelope"] = observed["envelope"]
-    elif decision.state is StepState.SUCCEEDED and isinstance(outcome.result, LookupFound):
-        # The model must see the success that verification proved, not the stale
-        # OUTCOME_UNKNOWN it was shown while the lookup ran.
-        values["last_envelope"] = verified_success(current.operation_ref, outcome.result)
+    observed = outcome_detail(outcome)  # the adapter's envelope, kept in the event
+    shown = None
+    if isinstance(outcome, Executed) and decision.envelope is outcome.envelope:
+        shown = observed["envelope"]  # serialised once, for both uses
+    values = decision_values(decision, shown)
     change = Change(
         "executed" if isinstance(outcome, Executed) else "looked_up",
         decision.label,

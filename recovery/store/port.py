@@ -8,7 +8,7 @@ or a refusal). ``docs/store.md`` describes each operation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -67,10 +67,16 @@ class StorePort(Protocol):
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        digest: str | None = None,
+        equivalent_hashes: Collection[str] = (),
+        same_input: Callable[[dict[str, Any]], bool] | None = None,
     ) -> Submitted:
         """Commit a ``pending`` step due now with its ``submitted`` event (R2); the same
         operation_ref again returns the stored step and no event; another tool or input
-        under it raises ``OperationRefConflict``; a malformed ref ``InvalidOperationRef``."""
+        under it raises ``OperationRefConflict``; a malformed ref ``InvalidOperationRef``.
+        ``input`` is stored as given (the client's canonical form); ``digest`` (its hash
+        unless given), ``equivalent_hashes`` and ``same_input`` decide whether a repeat is
+        the same call."""
         ...
 
     def get(self, operation_ref: str) -> StepRecord:
@@ -159,8 +165,13 @@ class StorePort(Protocol):
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        stored: Mapping[str, Any] | None = None,
+        digest: str | None = None,
+        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Recorded:
-        """needs_input → pending with the new input, same operation_ref."""
+        """needs_input → pending with the new input, same operation_ref; with secret
+        fields, ``stored`` is what to write (sealed), ``digest`` its hash and
+        ``open_stored`` reads the row's sealed input for the comparison."""
         ...
 
     def approve(

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, Row, select
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN, CommitState
-from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.errors import (
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    InvalidInput,
+    ToolsafeError,
+    shown,
+)
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.db import READ_ONLY, with_db_retry
@@ -69,13 +75,27 @@ __all__ = [
 ]
 
 
+def _kept(value: str) -> str:
+    # An exception keeps (and pickles, and reprs) at most this much of a caller's value.
+    return value[: MAX_OPERATION_REF + 1] if isinstance(value, str) else value
+
+
+def _quoted(operation_ref: str, length: int) -> str:
+    if length > len(operation_ref):
+        return f"{operation_ref[:40]!r}… ({length} characters)"
+    return shown(operation_ref)
+
+
 class StepNotFound(ToolsafeError, LookupError):
-    def __init__(self, operation_ref: str) -> None:
-        super().__init__(operation_ref)
+    def __init__(self, operation_ref: str, length: int | None = None) -> None:
+        length = len(operation_ref) if length is None else length
+        operation_ref = _kept(operation_ref)
+        super().__init__(operation_ref, length)
         self.operation_ref = operation_ref
+        self.length = length
 
     def __str__(self) -> str:
-        return f"no step with operation_ref {self.operation_ref!r}"
+        return f"no step with operation_ref {_quoted(self.operation_ref, self.length)}"
 
 
 class OperationRefConflict(ToolsafeError, ValueError):
@@ -88,7 +108,8 @@ class OperationRefConflict(ToolsafeError, ValueError):
 
     def __str__(self) -> str:
         return (
-            f"operation_ref {self.operation_ref!r} already exists with a different {self.what}; "
+            f"operation_ref {shown(self.operation_ref)} already exists with a different "
+            f"{self.what}; "
             "use a new operation_ref for a different call"
         )
 
@@ -100,15 +121,27 @@ Validator = Callable[[Mapping[str, Any]], Sequence[FieldError]]
 class InvalidOperationRef(ToolsafeError, ValueError):
     """An operation_ref that cannot travel in an envelope (see ``toolsafe.adapters.envelope``)."""
 
-    def __init__(self, operation_ref: str) -> None:
-        super().__init__(operation_ref)
+    def __init__(self, operation_ref: str, length: int | None = None) -> None:
+        length = len(operation_ref) if length is None else length
+        operation_ref = _kept(operation_ref)
+        super().__init__(operation_ref, length)
         self.operation_ref = operation_ref
+        self.length = length
 
     def __str__(self) -> str:
+        quoted = _quoted(self.operation_ref, self.length)
         return (
-            f"operation_ref {self.operation_ref!r} is not valid: 1 to {MAX_OPERATION_REF} "
+            f"operation_ref {quoted} is not valid: 1 to {MAX_OPERATION_REF} "
             "letters, digits and _ . : / -, starting with a letter or digit"
         )
+
+
+def valid_operation_ref(ref: object) -> bool:
+    return (
+        isinstance(ref, str)
+        and len(ref) <= MAX_OPERATION_REF
+        and OPERATION_REF_PATTERN.fullmatch(ref) is not None
+    )
 
 
 def new_operation_ref() -> str:
@@ -180,23 +213,41 @@ class StepStore:
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        digest: str | None = None,
+        equivalent_hashes: Collection[str] = (),
+        same_input: Callable[[dict[str, Any]], bool] | None = None,
     ) -> Submitted:
         """Commit a ``pending`` step due now, with its ``submitted`` event (None when the
         ref existed: the existing step comes back). Idempotent by operation_ref; another
         tool or input under it raises ``OperationRefConflict`` (R2). ``published_at``
         stamps the hint the caller publishes after the commit; a lost one is re-published
-        by the sweeper after ``republish_after`` (R7)."""
+        by the sweeper after ``republish_after`` (R7).
+
+        ``input`` is stored as given: the client passes the adapter's canonical form, so
+        its hash (``digest``, computed here unless given: secret fields are hashed by the
+        caller, who holds the key) decides whether a repeat is the same call;
+        ``equivalent_hashes`` are other hashes of the same call (under an older key, or
+        of the raw input for steps stored before inputs were canonical); when none
+        matches, ``same_input`` may still recognise the stored input (a secret sealed
+        under a key whose hash can no longer be computed)."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
-        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
+        if not valid_operation_ref(ref):
             raise InvalidOperationRef(ref)
-        digest = input_hash(input)
+        if not isinstance(input, Mapping):
+            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        try:
+            digest = digest or input_hash(input)
+        except (TypeError, ValueError, RecursionError):
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+
+        stored_hash = digest
 
         def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
             return ops.insert_step(
                 conn,
                 tool=tool,
                 input=input,
-                input_hash=digest,
+                input_hash=stored_hash,
                 operation_ref=ref,
                 max_attempts=policy.retry.max_attempts,
                 now=now,
@@ -207,11 +258,17 @@ class StepStore:
         if event is None:
             if row.tool != tool:
                 raise OperationRefConflict(ref, "tool")
-            if row.input_hash != digest:
+            if (
+                row.input_hash != stored_hash
+                and row.input_hash not in equivalent_hashes
+                and not (same_input is not None and same_input(dict(row.input)))
+            ):
                 raise OperationRefConflict(ref, "input")
         return Submitted(step_record(row), event)
 
     def get(self, operation_ref: str) -> StepRecord:
+        if not valid_operation_ref(operation_ref):
+            raise StepNotFound(operation_ref)  # no step can have it: no query needed
         row = self._read(lambda conn: sql.fetch(conn, operation_ref))
         if row is None:
             raise StepNotFound(operation_ref)
@@ -403,22 +460,31 @@ class StepStore:
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        stored: Mapping[str, Any] | None = None,
+        digest: str | None = None,
+        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; raises
-        ``TransitionRefused`` (identical input, flagged field unchanged, invalid)."""
+        ``TransitionRefused`` (identical input, flagged field unchanged, invalid).
+
+        With secret fields the caller passes the plain ``new_input`` (validated and
+        compared), what to ``stored`` (sealed), its ``digest``, and ``open_stored`` to
+        read the row's sealed input for the comparison."""
         new_input = dict(new_input)
-        digest = input_hash(new_input)
+        to_store = dict(stored) if stored is not None else new_input
+        new_hash = digest or input_hash(new_input)
         field_errors = tuple(validate(new_input))
 
-        detail: dict[str, Any] = {"input_hash": digest}
+        detail: dict[str, Any] = {"input_hash": new_hash}
 
         def outcome_for(row: Row[Any]) -> Outcome:
-            changed = changed_fields(row.input, new_input)
+            before = open_stored(dict(row.input)) if open_stored is not None else row.input
+            changed = changed_fields(before, new_input)
             detail["changed_fields"] = sorted(changed)  # names only, never the values
-            return InputCorrected(digest, changed, field_errors)
+            return InputCorrected(new_hash, changed, field_errors)
 
         def values_for(row: Row[Any], decision: Decision) -> Mapping[str, Any]:
-            return {"input": new_input}
+            return {"input": to_store}
 
         return self._act(
             operation_ref,

@@ -175,7 +175,9 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
     )
     notice = next(n for n in cluster.webhook.received if n["operation_ref"] == ref)
     assert notice["reason"] == view.reason and notice["tool"] == "create_invoice"
-    assert notice["history"] and notice["envelope"]["code"] == "OUTCOME_UNKNOWN"
+    # The notice carries the runtime's escalation envelope, not the stale "checking".
+    assert notice["history"] and notice["envelope"]["code"] == "LOOKUP_UNAVAILABLE"
+    assert notice["envelope"]["next_action"] == "escalate"
     assert set(notice["envelope"]) <= set(SAFE_ENVELOPE_FIELDS)
     assert "input" not in notice and "cus_1" not in json.dumps(notice)
 

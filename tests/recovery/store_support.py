@@ -171,3 +171,9 @@ def contend(url: str, refs: list[str], barrier: Any, results: Any, name: str) ->
         results.put((name, won))
     finally:
         engine.dispose()
+
+
+def sql_store(store: object) -> StepStore:
+    """The SQL store behind a runtime's port, for tests that read its tables directly."""
+    assert isinstance(store, StepStore), f"not the database store: {store!r}"
+    return store

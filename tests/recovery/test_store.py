@@ -342,6 +342,12 @@ def test_record_lookup_results(
             "result": {"id": 1},
             "verification": {"checked_at": "2026-03-01T12:00:00Z", "evidence_ref": "inv_9"},
         }
+    elif isinstance(result, LookupNotFound):
+        # Found absent: the model is told the write did not happen and will be retried.
+        shown = recorded.step.last_envelope
+        assert shown is not None and shown["code"] == "OPERATION_NOT_FOUND"
+        assert shown["commit_state"] == "not_committed" == recorded.step.commit_state
+        assert shown["next_action"] == "wait_and_retry"
     else:
         assert recorded.step.last_envelope == store.events("r1")[2].detail["envelope"]
     event = store.events("r1")[-1]

@@ -83,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.set_defaults(handler=_migrate)
 
+    submit = commands.add_parser(
+        "submit", help="submit a tool call (the input as a JSON object, or @file.json)"
+    )
+    submit.add_argument("tool", metavar="TOOL")
+    submit.add_argument("--input", required=True, metavar="JSON")
+    submit.add_argument("--ref", default=None, metavar="OPERATION_REF")
+    submit.add_argument("--json", action="store_true")
+    submit.set_defaults(handler=cli_ops.submit)
+
     steps = commands.add_parser("steps", help="list and show steps").add_subparsers(
         dest="steps_command", required=True
     )
@@ -138,6 +147,34 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--operator", default=None)
     cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(handler=cli_ops.cancel)
+
+    purge = commands.add_parser(
+        "purge",
+        help="delete terminal steps older than DURATION, their events and stored inputs",
+    )
+    purge.add_argument(
+        "--older-than", required=True, metavar="DURATION", type=cli_ops.duration,
+        help="e.g. 30d, 12h, 1w2d, 90m (last change of the step)",
+    )  # fmt: skip
+    purge.add_argument("--batch", type=int, default=500, help="steps per transaction")
+    purge.add_argument(
+        "--include-escalated", action="store_true",
+        help="also escalated steps (dead letters no operator closed)",
+    )  # fmt: skip
+    purge.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
+    purge.add_argument("--json", action="store_true")
+    purge.set_defaults(handler=cli_ops.purge)
+
+    secrets = commands.add_parser(
+        "secrets", help="keys for secret input fields at rest"
+    ).add_subparsers(dest="secrets_command", required=True)
+    new_key = secrets.add_parser("new-key", help="print a new key for TOOLSAFE_SECRET_KEYS")
+    new_key.set_defaults(handler=cli_ops.secrets_new_key)
+    rotate = secrets.add_parser(
+        "rotate", help="re-encrypt every stored secret input with the first key"
+    )
+    rotate.add_argument("--batch", type=int, default=500)
+    rotate.set_defaults(handler=cli_ops.secrets_rotate)
 
     from toolsafe.demo import run as demo
 

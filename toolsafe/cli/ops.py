@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolsafe.recovery.states import StepState
@@ -16,6 +18,7 @@ from toolsafe.recovery.store import StepRecord, StorePort
 from toolsafe.tasks.views import StepView, build_view
 
 if TYPE_CHECKING:
+    from toolsafe.recovery.store import StepStore
     from toolsafe.tasks.client import Client
 
 
@@ -123,5 +126,101 @@ def reject(args: argparse.Namespace) -> int:
     return _done(_client().reject(args.ref, args.approver, args.reason), args)
 
 
+def _input_argument(raw: str) -> Any:
+    """``--input``: JSON text, or ``@path`` to read it from a file."""
+    from toolsafe.settings import SettingsError
+
+    text = raw
+    if raw.startswith("@"):
+        with open(raw[1:], encoding="utf-8") as handle:
+            text = handle.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        # A usage error (exit 2), naming where the JSON breaks, not echoing it.
+        raise SettingsError(
+            "--input", f"is not JSON: {error.msg} at character {error.pos}"
+        ) from None
+
+
+def submit(args: argparse.Namespace) -> int:
+    """Commit the step and publish it; the input's problems come back as InvalidInput."""
+    view = _client().submit(args.tool, _input_argument(args.input), operation_ref=args.ref)
+    return _done(view, args)
+
+
 def cancel(args: argparse.Namespace) -> int:
     return _done(_client().cancel(args.ref, args.reason, by=args.operator), args)
+
+
+_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``1w2d``, ``90m``, ``45s``: an argparse type."""
+    compact = text.strip().lower()
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(f"{n}{u}" for n, u in parts) != compact:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a duration like 30d, 12h, 1w2d, 90m or 45s"
+        )
+    total = timedelta()
+    for number, unit in parts:
+        total += timedelta(**{_UNITS[unit]: int(number)})
+    if total <= timedelta(0):
+        raise argparse.ArgumentTypeError("the duration must be longer than 0")
+    return total
+
+
+def _sql_store(client: Client) -> StepStore:
+    """The database behind the operator's client (retention works on its tables)."""
+    from toolsafe.recovery.store import StepStore
+
+    store = client.runtime.store
+    if not isinstance(store, StepStore):
+        raise TypeError("purge and key rotation need the database store")
+    return store
+
+
+def purge(args: argparse.Namespace) -> int:
+    from toolsafe.recovery.states import StepState as S
+    from toolsafe.recovery.store.retention import PURGEABLE
+    from toolsafe.recovery.store.retention import purge as purge_steps
+    from toolsafe.tasks.runtime import utcnow
+
+    states = set(PURGEABLE) | ({S.ESCALATED} if args.include_escalated else set())
+    cutoff = utcnow() - args.older_than
+    report = purge_steps(
+        _sql_store(_client()), cutoff, states=states, batch=args.batch, dry_run=args.dry_run
+    )
+    if args.json:
+        _print_json({**vars(report), "before": cutoff.isoformat()})
+        return 0
+    verb = "would remove" if report.dry_run else "removed"
+    shown = ", ".join(f"{state} {count}" for state, count in sorted(report.by_state.items()))
+    sys.stdout.write(
+        f"{verb} {report.steps} terminal steps last changed before "
+        f"{cutoff.isoformat(timespec='seconds')} ({shown or 'none'}), {report.events} events "
+        f"and their stored inputs, in {report.batches} batches\n"
+    )
+    return 0
+
+
+def secrets_new_key(args: argparse.Namespace) -> int:
+    from toolsafe.recovery.secrets import new_key
+
+    sys.stdout.write(new_key() + "\n")
+    return 0
+
+
+def secrets_rotate(args: argparse.Namespace) -> int:
+    from toolsafe.recovery.store.retention import reseal_inputs
+    from toolsafe.settings import SettingsError
+
+    runtime = _client().runtime
+    if runtime.secret_box is None:
+        raise SettingsError("TOOLSAFE_SECRET_KEYS", "names no key to rotate to")
+    count = reseal_inputs(_sql_store(_client()), runtime.secret_box.rotate, batch=args.batch)
+    sys.stdout.write(f"re-encrypted the secret inputs of {count} steps with the first key\n")
+    return 0
