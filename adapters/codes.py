@@ -52,6 +52,26 @@ CANCELLED: Final = "CANCELLED"
 OPERATOR_RESOLVED: Final = "OPERATOR_RESOLVED"
 OPERATION_NOT_FOUND: Final = "OPERATION_NOT_FOUND"
 WORKER_LOST: Final = "WORKER_LOST"
+SECRET_KEY_MISSING: Final = "SECRET_KEY_MISSING"  # noqa: S105 - a code, not a secret
+
+RUNTIME_ENVELOPE_CODES: Final = frozenset(
+    {
+        ATTEMPTS_EXHAUSTED,
+        LOOP_GUARD,
+        NOT_BEFORE_TOO_FAR,
+        UNVERIFIABLE_UNKNOWN,
+        LOOKUP_UNAVAILABLE,
+        NO_LOOKUP,
+        REJECTED,
+        CANCELLED,
+        OPERATOR_RESOLVED,
+        OPERATION_NOT_FOUND,
+        WORKER_LOST,
+        SECRET_KEY_MISSING,
+    }
+)
+"""The envelopes the runtime writes itself. Those of an escalated or failed step carry
+the step's reason as their code: one meaning, the reason, shown to the model."""
 
 
 @dataclass(frozen=True)
@@ -489,6 +509,19 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             + _WAIT,
             "The action was interrupted; we will retry automatically.",
             "A read's worker vanished (lease expired); the read runs again.",
+        ),
+        _spec(
+            SECRET_KEY_MISSING,
+            "internal",
+            "not_committed",
+            "never",
+            "escalate",
+            0,
+            ("tool",),
+            "The call's secret input could not be decrypted; nothing was sent. "
+            "An operator will look.",
+            "The action could not be started and was handed to an operator.",
+            "The worker's TOOLSAFE_SECRET_KEYS cannot open the step's sealed input.",
         ),
     )
 }

@@ -6,6 +6,7 @@ pickle round trip Celery puts it through.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 MAX_SHOWN: Final = 40
@@ -69,6 +70,14 @@ INPUT_NOT_JSON: Final = "INPUT_NOT_JSON"
 INPUT_CODES: Final = (INVALID_INPUT, INPUT_TOO_LARGE, INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON)
 """``InvalidInput.code``: fields fail the adapter's model, the input is over toolsafe's
 size limit, it is not a JSON object, or it holds values JSON cannot carry."""
+
+INPUT_REFUSALS: Final[Mapping[str, str]] = {
+    INPUT_TOO_LARGE: "the submitted input is over toolsafe's own size limit",
+    INPUT_NOT_AN_OBJECT: "the submitted input is not a JSON object",
+    INPUT_NOT_JSON: "the submitted input holds values JSON cannot carry",
+}
+"""The refusals of a submitted input before any adapter reads it (``INVALID_INPUT``, the
+adapter's own verdict, is the envelope code of that name)."""
 
 
 class InvalidInput(ToolsafeError, ValueError):

@@ -37,13 +37,11 @@ from toolsafe.recovery.outcomes import (
     Resolved,
     StepSnapshot,
 )
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import NO_OUTCOME_YET, WAITING_ON_THE_AGENT_OR_A_HUMAN, StepState
 
 S = StepState
 Shown = AnySuccess | ToolError | None
 
-NO_OUTCOME_YET: Final = frozenset({S.PENDING, S.IN_FLIGHT})
-"""States without an envelope: nothing has happened yet ("still working" is no error)."""
 
 # Escalations whose category is the last error's (a limit spent on validation errors is
 # not a dependency problem).
@@ -69,7 +67,7 @@ def shown_envelope(
     left = max(limit - step.attempts, 0)
     if state is S.SUCCEEDED:
         return _success(step, outcome, observed, now)
-    if state in (S.NEEDS_INPUT, S.AWAITING_APPROVAL):
+    if state in WAITING_ON_THE_AGENT_OR_A_HUMAN:
         if not isinstance(observed, ToolError):  # pragma: no cover - decide's contract
             raise AssertionError(f"{state} is only reached from an adapter's error")
         # A correction is retried once fixed; an approval request waits for a human only.

@@ -119,3 +119,10 @@ def ui_group(state: StepState) -> str:
         S.ESCALATED: "terminal",
         S.CANCELLED: "terminal",
     }[state]
+
+
+NO_OUTCOME_YET: Final = frozenset({S.PENDING, S.IN_FLIGHT})
+"""States without an envelope: nothing has happened yet ("still working" is no error)."""
+
+WAITING_ON_THE_AGENT_OR_A_HUMAN: Final = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
+"""States an adapter's own error led to that wait for a correction or an approval."""

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from toolsafe.adapters import codes
-from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError
+from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
@@ -27,7 +27,7 @@ from toolsafe.tasks.runtime import Runtime, utcnow
 log = logging.getLogger("toolsafe.pipeline")
 
 UNKNOWN_TOOL: Final = codes.UNKNOWN_TOOL
-SECRET_KEY_MISSING: Final = "SECRET_KEY_MISSING"  # noqa: S105 - a code, not a secret
+SECRET_KEY_MISSING: Final = codes.SECRET_KEY_MISSING
 
 
 class Hints(Protocol):
@@ -71,18 +71,7 @@ def unknown_tool(operation_ref: str, tool: str) -> ToolError:
 
 def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
     """The step's sealed input cannot be opened with this worker's keys: nothing was sent."""
-    return ToolError(
-        code=SECRET_KEY_MISSING,
-        category="internal",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="escalate",
-        operation_ref=operation_ref,
-        safe_details={"tool": tool[:100]},
-        agent_message="The call's secret input could not be decrypted; nothing was sent. "
-        "An operator will look.",
-        user_message="The action could not be started and was handed to an operator.",
-    )
+    return codes.build_error(SECRET_KEY_MISSING, operation_ref, {"tool": tool[:100]})
 
 
 def carry_out(

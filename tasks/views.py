@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from toolsafe.recovery.envelopes import NO_OUTCOME_YET
-from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, StepState, ui_group
+from toolsafe.recovery.states import NEEDS_AGENT, NO_OUTCOME_YET, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
 # The envelope fields the model and UIs may see (DESIGN §1); result is the adapter's

@@ -136,7 +136,8 @@ class Reader:
             except (ValueError, TypeError):
                 raise SettingsError(
                     name,
-                    f"key {index} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                    f"key {index} is not a Fernet key: each must be 32 url-safe base64-encoded "
+                    "bytes ("
                     "make one with `toolsafe secrets new-key`)",
                 ) from None
         return keys

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from tests.recovery.envelope_agreement import assert_agrees
 from tests.recovery.test_decide_property import REF, World, next_outcome, worlds
 from toolsafe.adapters.envelope import to_wire
-from toolsafe.recovery.envelopes import NO_OUTCOME_YET
-from toolsafe.recovery.states import TERMINAL, StepState
+from toolsafe.recovery.states import NO_OUTCOME_YET, TERMINAL, StepState
 
 S = StepState
 SEEN: Counter[StepState] = Counter()

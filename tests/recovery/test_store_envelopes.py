@@ -38,7 +38,8 @@ S = StepState
 RNG = random.Random(3)
 STRICT = Policy(
     retry=RetryPolicy(max_attempts=1),
-    verification=VerificationPolicy(max_unavailable=2),
+    # A short time budget: the second unavailable lookup (5 s in) spends it.
+    verification=VerificationPolicy(max_unavailable=2, budget=timedelta(seconds=2)),
     loop_guard=3,
 )
 
