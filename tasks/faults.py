@@ -27,7 +27,13 @@ from toolsafe.adapters.errors import ToolsafeError
 log = logging.getLogger("toolsafe.faults")
 
 FaultPoint = Literal[
-    "after_claim", "during_call", "after_call", "after_record", "before_publish", "after_publish"
+    "after_claim",
+    "during_call",
+    "after_call",
+    "after_record",
+    "before_publish",
+    "after_publish",
+    "after_submit_commit",
 ]
 POINTS: Final[tuple[FaultPoint, ...]] = (
     "after_claim",
@@ -37,6 +43,10 @@ POINTS: Final[tuple[FaultPoint, ...]] = (
     "before_publish",
     "after_publish",
 )
+"""The worker's points (the chaos run kills at each)."""
+SUBMIT_POINTS: Final[tuple[FaultPoint, ...]] = ("after_submit_commit",)
+"""In the submitting process (the gateway): the step is committed, nothing answered yet."""
+ALL_POINTS: Final = POINTS + SUBMIT_POINTS
 ACTIONS: Final = ("kill", "raise", "pause")
 WILDCARD: Final = "*"
 
@@ -79,8 +89,10 @@ class Fault:
 def parse_fault(point: str, raw: object, where: str = "plan") -> Fault:
     """``"kill"``, ``"raise"``, ``"pause:2.5"`` or ``{"action": ..., "seconds": ...,
     "delay": ..., "times": ...}``."""
-    if point not in POINTS:
-        raise FaultPlanError(where, f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    if point not in ALL_POINTS:
+        raise FaultPlanError(
+            where, f"unknown fault point {point!r}; known: {', '.join(ALL_POINTS)}"
+        )
     data: dict[str, Any]
     if isinstance(raw, str):
         name, _, pause = raw.partition(":")

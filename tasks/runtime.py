@@ -18,6 +18,7 @@ from toolsafe.adapters.protocol import Adapter
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.feed import ChangeFeed
 from toolsafe.settings import Settings
 from toolsafe.tasks.faults import Faults
 
@@ -44,6 +45,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._registry: Registry | None = None
         self._store: StepStore | None = None
+        self._feed: ChangeFeed | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
         # Built once per tool: the settings never change, and this is on the hot path.
@@ -69,6 +71,15 @@ class Runtime:
             return self._store
 
     @property
+    def feed(self) -> ChangeFeed:
+        """The process's change feed over the store (push completion for waiters)."""
+        store = self.store
+        with self._lock:
+            if self._feed is None or self._feed.engine is not store.engine:
+                self._feed = ChangeFeed(store.engine, self.settings.notify_poll_interval)
+            return self._feed
+
+    @property
     def rng(self) -> random.Random:
         if self._pid != os.getpid():
             self.after_fork()
@@ -82,6 +93,9 @@ class Runtime:
     def close(self) -> None:
         """Close this process's database connections (the runtime stays usable)."""
         with self._lock:
+            if self._feed is not None and self._pid == os.getpid():
+                self._feed.close()
+            self._feed = None
             if self._store is not None and self._pid == os.getpid():
                 self._store.engine.dispose()
             self._store = None
@@ -89,6 +103,7 @@ class Runtime:
     def _forget_store(self) -> None:
         # The inherited engine's sockets belong to the parent: never close them here.
         self._store = None
+        self._feed = None
         self._pid = os.getpid()
         self._rng = random.Random()
 

@@ -107,6 +107,13 @@ class Settings:
     fault_plan: str | None = None
     fault_state_dir: str | None = None
     log_json: bool = False
+    # The HTTP gateway (``toolsafe serve``, docs/gateway.md).
+    gateway_max_body: int = 1_048_576
+    gateway_max_header: int = 16_384
+    gateway_max_wait: float = 60.0
+    gateway_max_waits: int = 1000
+    # How often a process without LISTEN/NOTIFY (SQLite) looks for new step events.
+    notify_poll_interval: float = 0.05
 
     def __post_init__(self) -> None:
         self.validate()
@@ -124,6 +131,11 @@ class Settings:
             "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": self.escalation_webhook_timeout,
             "TOOLSAFE_SWEEP_BATCH": self.sweep_batch,
             "TOOLSAFE_WORKER_ETA_TASK_LIMIT": self.worker_eta_task_limit,
+            "TOOLSAFE_GATEWAY_MAX_BODY_BYTES": self.gateway_max_body,
+            "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": self.gateway_max_header,
+            "TOOLSAFE_GATEWAY_MAX_WAIT": self.gateway_max_wait,
+            "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
+            "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -205,6 +217,11 @@ class Settings:
             fault_plan=fault_plan,
             fault_state_dir=state_dir,
             log_json=(env.get("TOOLSAFE_LOG_FORMAT", "text").strip().lower() == "json"),
+            gateway_max_body=reader.integer("TOOLSAFE_GATEWAY_MAX_BODY_BYTES", 1_048_576),
+            gateway_max_header=reader.integer("TOOLSAFE_GATEWAY_MAX_HEADER_BYTES", 16_384),
+            gateway_max_wait=reader.number("TOOLSAFE_GATEWAY_MAX_WAIT", 60.0),
+            gateway_max_waits=reader.integer("TOOLSAFE_GATEWAY_MAX_WAITS", 1000),
+            notify_poll_interval=reader.number("TOOLSAFE_NOTIFY_POLL_INTERVAL", 0.05),
         )
 
 

@@ -181,10 +181,12 @@ class StepStore:
         policy: Policy,
         now: datetime,
         published_at: datetime | None = None,
+        actor: str | None = None,
     ) -> Submitted:
         """``create_step``, plus the new step's ``submitted`` event (None when the ref
         existed). ``published_at`` stamps the hint the caller publishes after the commit;
-        a lost one is re-published by the sweeper after ``republish_after`` (R7)."""
+        a lost one is re-published by the sweeper after ``republish_after`` (R7).
+        ``actor`` (who submitted) goes into the ``submitted`` event."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
             raise InvalidOperationRef(ref)
@@ -200,6 +202,7 @@ class StepStore:
                 max_attempts=policy.retry.max_attempts,
                 now=now,
                 published_at=published_at,
+                actor=actor,
             )
 
         row, event = self._write(work)
@@ -385,6 +388,7 @@ class StepStore:
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        actor: str | None = None,
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; raises
         ``TransitionRefused`` (identical input, flagged field unchanged, invalid)."""
@@ -393,6 +397,8 @@ class StepStore:
         field_errors = tuple(validate(new_input))
 
         detail: dict[str, Any] = {"input_hash": digest}
+        if actor is not None:
+            detail["actor"] = actor
 
         def outcome_for(row: Row[Any]) -> Outcome:
             changed = changed_fields(row.input, new_input)
