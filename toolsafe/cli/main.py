@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.chaos import cli as chaos_cli
 
     chaos_cli.add_commands(commands)
+
+    from toolsafe.gateway import cli as gateway_cli
+
+    gateway_cli.add_commands(commands)
     return parser
 
 
