@@ -213,8 +213,9 @@ NOTIFY_TRIGGER_DDL: Final = (
     "FOR EACH ROW EXECUTE FUNCTION toolsafe_notify_step()"
 )
 # A schema made from the models (not the migrations) notifies too.
-event.listen(step_events, "after_create", DDL(NOTIFY_FUNCTION_DDL).execute_if(dialect="postgresql"))
-event.listen(step_events, "after_create", DDL(NOTIFY_TRIGGER_DDL).execute_if(dialect="postgresql"))
+for _ddl in (NOTIFY_FUNCTION_DDL, NOTIFY_TRIGGER_DDL):
+    _statement = DDL(_ddl)  # type: ignore[no-untyped-call]  # SQLAlchemy leaves DDL untyped
+    event.listen(step_events, "after_create", _statement.execute_if(dialect="postgresql"))
 
 
 def include_object(dialect: str) -> Callable[[Any, str | None, str, bool, Any], bool]:

@@ -9,7 +9,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from sqlalchemy import Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -121,7 +121,7 @@ class KeyStore:
                 conn.execute(insert(api_keys).values(values))
         except IntegrityError:
             raise KeyRefused("KEY_EXISTS", f"a key named {name!r} exists already") from None
-        created = ApiKey(key_id, name, cast(Scope, scope), namespace, now, None)
+        created = ApiKey(key_id, name, scope, namespace, now, None)
         return CreatedKey(created, f"{TOKEN_PREFIX}{key_id}_{secret}")
 
     def list(self) -> list[ApiKey]:

@@ -178,4 +178,5 @@ class Problem(BaseModel):
     code: str
     instance: str | None = None
     operation_ref: str | None = None
+    tool: str | None = None
     errors: list[FieldProblem] | None = None

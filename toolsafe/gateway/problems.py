@@ -65,6 +65,7 @@ class ApiProblem(Exception):
         operation_ref: str | None = None,
         errors: list[FieldProblem] | None = None,
         headers: Mapping[str, str] | None = None,
+        tool: str | None = None,
     ) -> None:
         super().__init__(code, detail)
         self.code = code
@@ -73,6 +74,7 @@ class ApiProblem(Exception):
         self.operation_ref = operation_ref
         self.errors = errors
         self.headers = dict(headers or {})
+        self.tool = tool
 
 
 def problem_response(problem: ApiProblem, instance: str | None = None) -> JSONResponse:
@@ -85,6 +87,7 @@ def problem_response(problem: ApiProblem, instance: str | None = None) -> JSONRe
         instance=instance,
         operation_ref=problem.operation_ref,
         errors=problem.errors,
+        tool=problem.tool,
     )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
@@ -100,9 +103,9 @@ def from_error(error: Exception) -> ApiProblem:
         return error
     if isinstance(error, InvalidInput):
         errors = [FieldProblem(field=field, code=code) for field, code in error.errors]
-        return ApiProblem("INVALID_INPUT", str(error), errors=errors)
+        return ApiProblem("INVALID_INPUT", str(error), errors=errors, tool=error.tool)
     if isinstance(error, UnknownToolError):
-        return ApiProblem("UNKNOWN_TOOL", str(error))
+        return ApiProblem("UNKNOWN_TOOL", str(error), tool=error.tool)
     if isinstance(error, StepNotFound):
         return ApiProblem("STEP_NOT_FOUND", str(error), operation_ref=error.operation_ref)
     if isinstance(error, OperationRefConflict):
