@@ -17,7 +17,9 @@ from typing import Annotated, Final
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.gateway.problems import ApiProblem
+from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.keys import ApiKey, KeyStore
 
 CACHE_SECONDS: Final = 5.0
@@ -49,6 +51,13 @@ class Principal:
             return operation_ref
         prefix = self.namespace + NAMESPACE_SEPARATOR
         return operation_ref if operation_ref.startswith(prefix) else prefix + operation_ref
+
+    def existing(self, operation_ref: str) -> str:
+        """``scoped`` for a step that must exist: a ref no step can have is not found."""
+        ref = self.scoped(operation_ref)
+        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
+            raise StepNotFound(ref)
+        return ref
 
     def by(self, given: str | None) -> str:
         """Who acted, for the step's events: the key, and whom it acted for."""

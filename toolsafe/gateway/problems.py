@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError as BrokerError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from toolsafe.adapters.errors import ToolsafeError, UnknownToolError
@@ -116,7 +116,16 @@ def from_error(error: Exception) -> ApiProblem:
         return ApiProblem(error.code, error.message, status=REFUSAL_STATUS)
     if isinstance(error, WaitTimeout):  # pragma: no cover - the routes answer with the view
         return ApiProblem("INTERNAL", str(error))
-    if isinstance(error, DBAPIError):
+    if isinstance(error, DataError):
+        # A value the database cannot hold (a NUL character in a string, say).
+        return ApiProblem(
+            "INVALID_REQUEST",
+            "the store refused a value of the request (a NUL character, for instance)",
+            status=422,
+        )
+    if isinstance(error, DBAPIError) and (
+        error.connection_invalidated or isinstance(error, OperationalError)
+    ):
         # The driver's text names host and port, never a password; keep it out anyway.
         return ApiProblem(
             "STORE_UNAVAILABLE",

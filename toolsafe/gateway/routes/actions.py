@@ -42,7 +42,7 @@ State = Annotated[Gateway, Depends(gateway)]
 def provide_input(
     operation_ref: str, body: CorrectedInput, principal: Caller, state: State
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.provide_input(ref, body.input, actor=principal.actor))
 
 
@@ -53,7 +53,7 @@ def provide_input(
     responses=ACTION_PROBLEMS,
 )
 def cancel(operation_ref: str, body: CancelRequest, principal: Caller, state: State) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.cancel(ref, body.reason, by=principal.by(body.by)))
 
 
@@ -66,7 +66,7 @@ def cancel(operation_ref: str, body: CancelRequest, principal: Caller, state: St
 def approve(
     operation_ref: str, body: ApprovalRequest, principal: Operator, state: State
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.approve(ref, principal.by(body.approver), body.reason))
 
 
@@ -79,7 +79,7 @@ def approve(
 def reject(
     operation_ref: str, body: ApprovalRequest, principal: Operator, state: State
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.reject(ref, principal.by(body.approver), body.reason))
 
 
@@ -92,7 +92,7 @@ def reject(
 def resolve(
     operation_ref: str, body: ResolveRequest, principal: Operator, state: State
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.resolve(ref, body.to, principal.by(body.operator), body.reason))
 
 
@@ -105,5 +105,5 @@ def resolve(
 def redrive(
     operation_ref: str, body: RedriveRequest, principal: Operator, state: State
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     return CallView.of(state.client.redrive(ref, principal.by(body.operator), body.reason))

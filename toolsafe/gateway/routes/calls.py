@@ -89,7 +89,7 @@ async def view(
         ),
     ] = 0,
 ) -> CallView:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     if wait <= 0:
         return CallView.of(await state.aclient.view(ref))
     async with state.waiting():

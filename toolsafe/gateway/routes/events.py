@@ -63,7 +63,7 @@ async def events(
         str | None, Header(alias="Last-Event-ID", description="resume after this event")
     ] = None,
 ) -> StreamingResponse:
-    ref = principal.scoped(operation_ref)
+    ref = principal.existing(operation_ref)
     store = state.client.runtime.store
     await run_in_threadpool(store.get, ref)  # 404 before the stream starts
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
