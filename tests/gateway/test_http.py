@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.harness import GatewayServer, bearer, gateway_for, make_key
+from tests.gateway.harness import ROOT, GatewayServer, bearer, gateway_for, make_key
 from tests.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.gateway.client import AsyncGatewayClient, GatewayClient, GatewayError
@@ -338,3 +340,25 @@ def test_database_or_broker_down_is_503_and_the_server_stays_up(
         assert server.alive()
     assert setup.cluster.client.wait(ref, timeout=30).state is StepState.SUCCEEDED
     assert setup.cluster.effects(ref) == 1
+
+
+def test_the_readme_curl_example_submits_and_waits_for_the_envelope(setup: Setup) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    marker = "<!-- gateway-curl"
+    assert marker in readme, "the README's curl example is gone"
+    block = readme.split(marker, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    token = make_key(setup.cluster.env["TOOLSAFE_DATABASE_URL"], "readme", "agent", None)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        env={**os.environ, "TOOLSAFE_GATEWAY": setup.server.url, "TOOLSAFE_KEY": token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    submitted, waited = (json.loads(line) for line in done.stdout.splitlines() if line)
+    assert submitted["operation_ref"] == "readme/run_81/step_4"
+    assert waited["state"] == "succeeded", waited
+    assert waited["envelope"]["ok"] is True
+    assert setup.cluster.effects("readme/run_81/step_4") == 1

@@ -81,8 +81,8 @@ class Authenticator:
             cached = self._verified.get(digest)
         key: ApiKey | None
         if cached is not None and now - cached[1] < CACHE_SECONDS:
-            key = cached[0]
-        elif cached is not None:
+            return _principal(cached[0])
+        if cached is not None:
             key = cached[0] if self.keys.active(cached[0].key_id) else None
         else:
             key = self.keys.verify(token)
@@ -90,10 +90,12 @@ class Authenticator:
             if key is None:
                 self._verified.pop(digest, None)
             else:
-                self._verified[digest] = (key, now)
-        if key is None:
-            return None
-        return Principal(name=key.name, scope=key.scope, namespace=key.namespace)
+                self._verified[digest] = (key, now)  # checked now: trusted CACHE_SECONDS
+        return None if key is None else _principal(key)
+
+
+def _principal(key: ApiKey) -> Principal:
+    return Principal(name=key.name, scope=key.scope, namespace=key.namespace)
 
 
 def caller(
