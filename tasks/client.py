@@ -281,5 +281,15 @@ class Client:
         }
 
     def _after(self, recorded: Recorded) -> StepView:
-        pipeline.carry_out(self.runtime, self.app.publisher, recorded, utcnow(), inject=False)
-        return self.view(recorded.step.operation_ref)
+        ref = recorded.step.operation_ref
+        try:
+            pipeline.carry_out(self.runtime, self.app.publisher, recorded, utcnow(), inject=False)
+        except (KombuOperationalError, OSError) as error:
+            # The change is committed: that is the answer. The sweeper publishes the due
+            # work whose hint did not go out (R7).
+            log.warning(
+                "action committed, hint not published (the sweeper will): %s",
+                type(error).__name__,
+                extra={"event": "publish_deferred", "operation_ref": ref},
+            )
+        return self.view(ref)
