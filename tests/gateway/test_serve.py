@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +55,35 @@ def test_serve_starts_on_the_embedded_default_with_no_settings(tmp_path: Path) -
         log = server.text()
     assert "embedded default" in log and "DEVELOPMENT MODE" in log
     assert (tmp_path / "toolsafe.db").exists() and (tmp_path / "toolsafe-broker").is_dir()
+
+
+def test_waits_beyond_the_limit_are_429(tmp_path: Path) -> None:
+    env = {**_bare_env(), "TOOLSAFE_GATEWAY_MAX_WAITS": "1", "TOOLSAFE_GATEWAY_MAX_WAIT": "3"}
+    with (
+        gateway_for(env, tmp_path, "--no-auth") as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+    ):
+        made = http.post("/v1/tools/create_invoice/calls", json={"input": INVOICE})
+        ref = made.json()["operation_ref"]  # no worker runs: it stays pending
+        held: list[httpx.Response] = []
+        holder = threading.Thread(
+            target=lambda: held.append(
+                httpx.get(f"{server.url}/v1/calls/{ref}", params={"wait": 3}, timeout=10)
+            )
+        )
+        holder.start()  # the gateway holds this one for 3 s
+        try:
+            deadline = time.monotonic() + 2.5
+            while http.get("/healthz").json()["waits"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            refused = http.get(f"/v1/calls/{ref}", params={"wait": 1})
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["code"] == "TOO_MANY_WAITS"
+            assert refused.headers["Retry-After"] == "1"
+            assert http.get(f"/v1/calls/{ref}").status_code == 200  # no wait: served
+        finally:
+            holder.join(10)
+        assert held[0].status_code == 200 and held[0].json()["state"] == "pending"
 
 
 def test_serve_refuses_what_it_must_not_do(tmp_path: Path) -> None:

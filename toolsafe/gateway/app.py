@@ -119,8 +119,9 @@ def create_gateway(
     problems.install(app)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, Any]:
-        return {"ok": True}
+    async def healthz() -> dict[str, Any]:
+        # No store access: a liveness probe that answers while the database is down.
+        return {"ok": True, "waits": app.state.gateway.waits}
 
     app.add_middleware(
         Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
