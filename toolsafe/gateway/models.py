@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from starlette.responses import Response
 
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.recovery.states import StepState
@@ -81,6 +82,16 @@ class CallView(_Model):
                     for entry in view.history
                 ],
             }
+        )
+
+    def response(self, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        """The view as the answer itself: FastAPI passes a ``Response`` through, so the
+        model is serialised once (``response_model`` still documents it)."""
+        return Response(
+            self.model_dump_json(),
+            status_code=status,
+            media_type="application/json",
+            headers=headers,
         )
 
     def to_view(self) -> StepView:

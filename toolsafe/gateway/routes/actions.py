@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 
 from toolsafe.gateway.auth import Caller, Operator
 from toolsafe.gateway.models import (
@@ -41,9 +41,11 @@ State = Annotated[Gateway, Depends(gateway)]
 )
 def provide_input(
     operation_ref: str, body: CorrectedInput, principal: Caller, state: State
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.provide_input(ref, body.input, actor=principal.actor))
+    return CallView.of(
+        state.client.provide_input(ref, body.input, actor=principal.actor)
+    ).response()
 
 
 @router.post(
@@ -52,9 +54,9 @@ def provide_input(
     summary="Cancel a waiting step",
     responses=ACTION_PROBLEMS,
 )
-def cancel(operation_ref: str, body: CancelRequest, principal: Caller, state: State) -> CallView:
+def cancel(operation_ref: str, body: CancelRequest, principal: Caller, state: State) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.cancel(ref, body.reason, by=principal.by(body.by)))
+    return CallView.of(state.client.cancel(ref, body.reason, by=principal.by(body.by))).response()
 
 
 @router.post(
@@ -65,9 +67,11 @@ def cancel(operation_ref: str, body: CancelRequest, principal: Caller, state: St
 )
 def approve(
     operation_ref: str, body: ApprovalRequest, principal: Operator, state: State
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.approve(ref, principal.by(body.approver), body.reason))
+    return CallView.of(
+        state.client.approve(ref, principal.by(body.approver), body.reason)
+    ).response()
 
 
 @router.post(
@@ -78,9 +82,11 @@ def approve(
 )
 def reject(
     operation_ref: str, body: ApprovalRequest, principal: Operator, state: State
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.reject(ref, principal.by(body.approver), body.reason))
+    return CallView.of(
+        state.client.reject(ref, principal.by(body.approver), body.reason)
+    ).response()
 
 
 @router.post(
@@ -91,9 +97,11 @@ def reject(
 )
 def resolve(
     operation_ref: str, body: ResolveRequest, principal: Operator, state: State
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.resolve(ref, body.to, principal.by(body.operator), body.reason))
+    return CallView.of(
+        state.client.resolve(ref, body.to, principal.by(body.operator), body.reason)
+    ).response()
 
 
 @router.post(
@@ -104,6 +112,8 @@ def resolve(
 )
 def redrive(
     operation_ref: str, body: RedriveRequest, principal: Operator, state: State
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
-    return CallView.of(state.client.redrive(ref, principal.by(body.operator), body.reason))
+    return CallView.of(
+        state.client.redrive(ref, principal.by(body.operator), body.reason)
+    ).response()

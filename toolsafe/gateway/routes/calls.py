@@ -51,7 +51,6 @@ def submit(
     tool: str,
     body: CallRequest,
     principal: Caller,
-    response: Response,
     state: Annotated[Gateway, Depends(gateway)],
     key: Annotated[
         str | None,
@@ -61,13 +60,14 @@ def submit(
             max_length=200,
         ),
     ] = None,
-) -> CallView:
+) -> Response:
     given = idempotency_key(key)
     ref = principal.scoped(given if given else new_operation_ref())
     submission = state.client.submit_call(tool, body.input, ref, actor=principal.actor)
-    response.status_code = 201 if submission.created else 200
-    response.headers["Location"] = location(submission.view.operation_ref)
-    return CallView.of(submission.view)
+    return CallView.of(submission.view).response(
+        201 if submission.created else 200,
+        {"Location": location(submission.view.operation_ref)},
+    )
 
 
 @router.get(
@@ -88,9 +88,9 @@ async def view(
             description="seconds to hold the request (at most TOOLSAFE_GATEWAY_MAX_WAIT)",
         ),
     ] = 0,
-) -> CallView:
+) -> Response:
     ref = principal.existing(operation_ref)
     if wait <= 0:
-        return CallView.of(await state.aclient.view(ref))
+        return CallView.of(await state.aclient.view(ref)).response()
     async with state.waiting():
-        return CallView.of(await state.aclient.settle(ref, state.wait_for(wait)))
+        return CallView.of(await state.aclient.settle(ref, state.wait_for(wait))).response()
