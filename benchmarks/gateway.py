@@ -5,7 +5,8 @@
 1. submit-and-wait of a 1 ms tool (``bench_write``), one call after the other, through the
    in-process ``Client`` and through ``toolsafe serve`` with ``GatewayClient`` (one
    keep-alive connection, a real key): p50 and p99 of each and the p50 difference
-   (target: the gateway adds at most 2 ms);
+   (target: the gateway adds at most 2 ms); and, without a worker's latency in it, the
+   view of a finished step both ways (the cost of one request through the gateway);
 2. notification latency from a step's commit to its waiter: the change feed's wake-up
    and ``Client.wait``'s return (LISTEN/NOTIFY), against the polling loop ``Client.wait``
    ran before (50 ms, x1.5, at most 1 s), for the same changes at random moments
@@ -233,6 +234,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         remote.submit(TOOL, data, ref)
                         return remote.wait(ref, timeout=30).state
 
+                    # The gateway's own cost, without a worker's latency in it: a view
+                    # of one finished step, in-process and over HTTP, alternately.
+                    done = f"bench/gw/view/{time.time_ns()}"
+                    in_process(done, {"n": 0, "call_ms": args.call_ms})
+                    view_local: list[float] = []
+                    view_http: list[float] = []
+                    for _ in range(args.calls):
+                        for timings, read in ((view_local, client.view), (view_http, remote.view)):
+                            started = time.perf_counter()
+                            read(done)
+                            timings.append(time.perf_counter() - started)
+
                     # Interleaved rounds, so that load changes hit both alike.
                     local: list[float] = []
                     http: list[float] = []
@@ -250,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show("GatewayClient over HTTP (toolsafe serve)", http))
             extra = (statistics.median(http) - statistics.median(local)) * 1000
             print(f"  gateway adds {extra:+.2f} ms per call at p50 (target <= 2 ms)")
+            print("\nthe view of a finished step (no worker involved)")
+            print(show("in-process Client.view", view_local))
+            print(show("GatewayClient.view over HTTP", view_http))
+            own = (statistics.median(view_http) - statistics.median(view_local)) * 1000
+            print(f"  one HTTP request adds {own:+.2f} ms at p50")
 
             found = notification_latency(client, changer, args.samples, random.Random(args.seed))
             print("\ncommit to waiter, the change at a random moment 50-600 ms into the wait")

@@ -81,5 +81,5 @@ def test_gateway_prints_both_figures_with_their_baselines(pg_url: str, redis_url
         "gateway", pg_url, redis_url, "--calls", "8", "--warmup", "4", "--samples", "4"
     )
     assert "in-process Client" in out and "GatewayClient over HTTP" in out
-    assert "gateway adds" in out
+    assert "gateway adds" in out and "one HTTP request adds" in out
     assert "change feed wake-up (LISTEN/NOTIFY)" in out and "the old polling loop" in out
