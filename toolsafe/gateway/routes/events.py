@@ -67,11 +67,14 @@ async def events(
     store = state.client.runtime.store
     await run_in_threadpool(store.get, ref)  # 404 before the stream starts
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-    state.enter_wait()
+    state.enter_wait()  # refused here (429) rather than in a stream already begun
+    state.leave_wait()  # counted again once the stream runs, so a stream never started
+    # (the client went away first) holds no count
 
     async def stream() -> AsyncIterator[str]:
         last = after
         deadline = time.monotonic() + state.settings.gateway_max_wait
+        state.waits += 1
         try:
             with state.client.runtime.feed.subscribe(ref) as changes:
                 while True:
