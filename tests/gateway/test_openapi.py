@@ -28,7 +28,7 @@ from tests.pipeline.harness import cluster_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
-EXAMPLES_PER_OPERATION = 60
+EXAMPLES_PER_OPERATION = 100
 CHECKS = [
     not_a_server_error,
     status_code_conformance,

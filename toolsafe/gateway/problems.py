@@ -77,6 +77,16 @@ class ApiProblem(Exception):
         self.tool = tool
 
 
+def documented(description: str) -> dict[str, Any]:
+    """An error response for the OpenAPI document: a problem, as problem+json."""
+    schema = {"$ref": "#/components/schemas/Problem"}
+    return {
+        "model": Problem,
+        "description": description,
+        "content": {MEDIA_TYPE: {"schema": schema}},
+    }
+
+
 def problem_response(problem: ApiProblem, instance: str | None = None) -> JSONResponse:
     body = Problem(
         type=f"urn:toolsafe:problem:{problem.code.lower().replace('_', '-')}",

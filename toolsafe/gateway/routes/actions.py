@@ -13,23 +13,21 @@ from toolsafe.gateway.models import (
     CallView,
     CancelRequest,
     CorrectedInput,
-    Problem,
     RedriveRequest,
     ResolveRequest,
 )
+from toolsafe.gateway.problems import documented
 from toolsafe.gateway.routes.calls import PROBLEMS
 from toolsafe.gateway.state import Gateway, gateway
 
 router = APIRouter(tags=["actions"])
 
 ACTION_PROBLEMS = {
-    409: {"model": Problem, "description": "refused by the runtime (the code says why)"},
+    409: documented("refused by the runtime (the code says why)"),
+    413: documented("the body is over the limit"),
     **PROBLEMS,
 }
-OPERATOR_PROBLEMS = {
-    403: {"model": Problem, "description": "needs an operator key"},
-    **ACTION_PROBLEMS,
-}
+OPERATOR_PROBLEMS = {403: documented("needs an operator key"), **ACTION_PROBLEMS}
 State = Annotated[Gateway, Depends(gateway)]
 
 

@@ -9,15 +9,19 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from toolsafe.gateway.auth import Caller
-from toolsafe.gateway.models import CallRequest, CallView, Problem
+from toolsafe.gateway.models import CallRequest, CallView
+from toolsafe.gateway.problems import documented
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.store import new_operation_ref
 
 router = APIRouter(tags=["calls"])
 
 PROBLEMS: Final[dict[int | str, dict[str, Any]]] = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}}
-    for status in (401, 404, 422, 503)
+    401: documented("no key, or an unknown or revoked one"),
+    404: documented("no such tool or step (another namespace's steps are not found)"),
+    422: documented("the request or the tool's input is invalid; every field is listed"),
+    431: documented("the headers are over the limit"),
+    503: documented("the store or the broker cannot be reached; retry after Retry-After"),
 }
 
 
@@ -42,8 +46,8 @@ def idempotency_key(raw: str | None) -> str | None:
     summary="Submit a tool call (idempotent by Idempotency-Key = operation_ref)",
     responses={
         200: {"model": CallView, "description": "a repeat of the same key and input"},
-        409: {"model": Problem, "description": "the key exists with another input"},
-        413: {"model": Problem, "description": "the body is over the limit"},
+        409: documented("the key exists with another input"),
+        413: documented("the body is over the limit"),
         **PROBLEMS,
     },
 )
@@ -74,7 +78,7 @@ def submit(
     "/calls/{operation_ref:path}",
     response_model=CallView,
     summary="A step's view; with ?wait= held until it needs the agent or is terminal",
-    responses={429: {"model": Problem}, **PROBLEMS},
+    responses={429: documented("too many requests hold a wait"), **PROBLEMS},
 )
 async def view(
     operation_ref: str,

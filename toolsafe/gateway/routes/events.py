@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolsafe.gateway.auth import Caller
 from toolsafe.gateway.models import HistoryItem
+from toolsafe.gateway.problems import documented
 from toolsafe.gateway.routes.calls import PROBLEMS
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.states import TERMINAL
@@ -53,7 +54,7 @@ def sse(event: EventRecord, state: str) -> str:
     "/calls/{operation_ref:path}/events",
     response_class=StreamingResponse,
     summary="The step's state changes as Server-Sent Events",
-    responses={200: STREAM, 429: PROBLEMS[503], **PROBLEMS},
+    responses={200: STREAM, 429: documented("too many requests hold a wait"), **PROBLEMS},
 )
 async def events(
     operation_ref: str,

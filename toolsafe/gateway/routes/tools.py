@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends
 
 from toolsafe.adapters.envelope import json_schema
 from toolsafe.gateway.auth import Caller
-from toolsafe.gateway.models import Problem, ToolInfo, ToolList
+from toolsafe.gateway.models import ToolInfo, ToolList
+from toolsafe.gateway.problems import documented
 from toolsafe.gateway.state import Gateway, gateway
 
 router = APIRouter(tags=["tools"])
@@ -19,7 +20,7 @@ router = APIRouter(tags=["tools"])
     "/tools",
     response_model=ToolList,
     summary="The registered tools",
-    responses={401: {"model": Problem}},
+    responses={401: documented("no key, or an unknown or revoked one")},
 )
 def list_tools(_: Caller, state: Annotated[Gateway, Depends(gateway)]) -> ToolList:
     registry = state.client.runtime.registry
