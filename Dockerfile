@@ -1,5 +1,5 @@
-# One image for every toolsafe process: migration job, workers, beat, Flower and the
-# example downstream service (docker-compose.yml picks the command).
+# One image for every toolsafe process: migration job, workers, beat, Flower, the
+# gateway and the example downstream service (docker-compose.yml picks the command).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,8 +12,10 @@ WORKDIR /app
 # The dependencies first, read from pyproject.toml alone: a code change then rebuilds
 # only the layers below.
 COPY pyproject.toml README.md ./
+# The gateway's extra too: the same image runs `toolsafe serve`.
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
-print('\n'.join(p['project']['dependencies']))" > /tmp/requirements.txt \
+print('\n'.join(p['project']['dependencies'] \
++ p['project']['optional-dependencies']['gateway']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 
 COPY adapters ./adapters

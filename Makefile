@@ -63,3 +63,4 @@ bench: venv-dev
 	$(BIN)/python -m benchmarks.recovery_latency $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.profile_step --top 12 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.gateway $(BENCH_ARGS)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     CheckConstraint,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    event,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -216,9 +218,48 @@ class EscalationOutbox(Base):
     )
 
 
+class ApiKey(Base):
+    """A key of the HTTP gateway: only a salted scrypt hash of its secret is kept."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    # The public half of the token (``tsk_<key_id>_<secret>``), used to find the row.
+    key_id: Mapped[str] = mapped_column(String(32), unique=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    namespace: Mapped[str | None] = mapped_column(String(100))
+    salt: Mapped[str] = mapped_column(String(64))
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (CheckConstraint("scope IN ('agent', 'operator')", name="scope"),)
+
+
 steps = cast(Table, Step.__table__)
 step_events = cast(Table, StepEvent.__table__)
 escalation_outbox = cast(Table, EscalationOutbox.__table__)
+api_keys = cast(Table, ApiKey.__table__)
+
+STEP_CHANNEL: Final = "toolsafe_steps"
+"""PostgreSQL channel: every event row notifies its operation_ref, delivered at commit."""
+NOTIFY_FUNCTION_DDL: Final = f"""
+CREATE OR REPLACE FUNCTION toolsafe_notify_step() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('{STEP_CHANNEL}', NEW.operation_ref);
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql
+"""
+NOTIFY_TRIGGER_DDL: Final = (
+    "CREATE TRIGGER toolsafe_notify_step AFTER INSERT ON step_events "
+    "FOR EACH ROW EXECUTE FUNCTION toolsafe_notify_step()"
+)
+# A schema made from the models (not the migrations) notifies too.
+for _ddl in (NOTIFY_FUNCTION_DDL, NOTIFY_TRIGGER_DDL):
+    _statement = DDL(_ddl)  # type: ignore[no-untyped-call]  # SQLAlchemy leaves DDL untyped
+    event.listen(step_events, "after_create", _statement.execute_if(dialect="postgresql"))
 
 
 def include_object(dialect: str) -> Callable[[Any, str | None, str, bool, Any], bool]:

@@ -7,10 +7,13 @@ Views carry only what the model may see (``toolsafe.tasks.views``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
+
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from toolsafe.adapters.errors import (
     INPUT_NOT_AN_OBJECT,
@@ -33,6 +36,8 @@ from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime, utcnow
 from toolsafe.tasks.views import StepView, build_view
 
+log = logging.getLogger("toolsafe.client")
+
 
 class WaitTimeout(ToolsafeError, TimeoutError):
     """The step did not reach a state that needs the agent in time."""
@@ -48,6 +53,13 @@ class WaitTimeout(ToolsafeError, TimeoutError):
             f"step {self.operation_ref} is still {self.state} after {self.timeout:g}s; "
             "call wait() again or view() it"
         )
+
+
+class Submission(NamedTuple):
+    """A submitted step's view, and whether this call created it (False: a repeat)."""
+
+    view: StepView
+    created: bool
 
 
 def _errors(found: list[FieldError]) -> tuple[tuple[str, str], ...]:
@@ -105,6 +117,22 @@ class Client:
 
         Raises ``UnknownToolError``, ``InvalidInput`` or ``OperationRefConflict``.
         """
+        return self.submit_call(tool, input, operation_ref).view
+
+    def submit_call(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        operation_ref: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submission:
+        """``submit``, also saying whether the step is new; ``actor`` (who submits, e.g.
+        a gateway key) is recorded in the ``submitted`` event.
+
+        Once the step is committed the call is acknowledged: a broker that refuses the
+        hint is logged, and the sweeper publishes it after ``republish_after`` (R2, R7).
+        """
         runtime = self.runtime
         adapter = runtime.adapter(tool)
         raw_size = self._check_shape(tool, input)
@@ -130,17 +158,34 @@ class Client:
             digest=hashes[0],
             equivalent_hashes=hashes[1:],
             same_input=lambda found: self._opens_to(found, canonical),
+            actor=actor,
         )
         step = submitted.step
+        runtime.faults.hit("after_submit_commit", step.operation_ref)
         if submitted.event is not None:
-            self.hints.execute(step.operation_ref, None, now)
+            self._publish_after_commit(step.operation_ref, now)
             # Nothing happened to a new step yet: its only event is the one just written.
-            return build_view(step, (submitted.event,))
-        if step.state is StepState.PENDING and self._unpublished(step, now):
-            # An earlier submitter committed but may have died before publishing.
-            self.hints.execute(step.operation_ref, None, now)
+            return Submission(build_view(step, (submitted.event,)), True)
+        # An earlier submitter committed but may have died before publishing.
+        if (
+            step.state is StepState.PENDING
+            and self._unpublished(step, now)
+            and self._publish_after_commit(step.operation_ref, now)
+        ):
             runtime.store.mark_published(step.operation_ref, utcnow())
-        return self.view(step.operation_ref)
+        return Submission(self.view(step.operation_ref), False)
+
+    def _publish_after_commit(self, operation_ref: str, now: datetime) -> bool:
+        try:
+            self.hints.execute(operation_ref, None, now)
+        except (KombuOperationalError, OSError) as error:
+            log.warning(
+                "step committed, hint not published (the sweeper will): %s",
+                type(error).__name__,
+                extra={"event": "publish_deferred", "operation_ref": operation_ref},
+            )
+            return False
+        return True
 
     def _check_shape(self, tool: str, input: object) -> int:
         """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
@@ -206,20 +251,28 @@ class Client:
         return build_view(store.get(operation_ref), store.events(operation_ref))
 
     def wait(self, operation_ref: str, timeout: float = 30.0, poll: float = 0.05) -> StepView:
-        """Until the step needs the agent (input, approval) or is terminal."""
+        """Until the step needs the agent (input, approval) or is terminal.
+
+        Woken by the process's change feed (``recovery/store/feed.py``): LISTEN/NOTIFY
+        on PostgreSQL, one shared poller on SQLite; the step is read once at the start
+        and once per change, never in a loop of its own. ``poll`` is accepted for
+        compatibility and unused.
+        """
         deadline = time.monotonic() + timeout
         store = self.runtime.store
-        interval = poll
-        while True:
-            step = store.get(operation_ref)
-            if step.state in NEEDS_AGENT:
-                return self.view(operation_ref)
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(operation_ref, str(step.state), timeout)
-            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-            interval = min(interval * 1.5, 1.0)
+        with self.runtime.feed.subscribe(operation_ref) as changes:
+            while True:
+                step = store.get(operation_ref)
+                if step.state in NEEDS_AGENT:
+                    return self.view(operation_ref)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(operation_ref, str(step.state), timeout)
+                changes.wait(remaining)
 
-    def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
+    def provide_input(
+        self, operation_ref: str, new_input: Mapping[str, Any], *, actor: str | None = None
+    ) -> StepView:
         """Corrected input for a step in ``needs_input``, under the same operation_ref.
 
         Raises ``TransitionRefused`` for identical input, an unchanged flagged field
@@ -243,6 +296,7 @@ class Client:
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),
             now=utcnow(),
+            actor=actor,
         )
         return self._after(recorded)
 
@@ -315,5 +369,15 @@ class Client:
         }
 
     def _after(self, recorded: Recorded) -> StepView:
-        pipeline.carry_out(self.runtime, self.hints, recorded, utcnow(), inject=False)
-        return self.view(recorded.step.operation_ref)
+        ref = recorded.step.operation_ref
+        try:
+            pipeline.carry_out(self.runtime, self.hints, recorded, utcnow(), inject=False)
+        except (KombuOperationalError, OSError) as error:
+            # The change is committed: that is the answer. The sweeper publishes the due
+            # work whose hint did not go out (R7).
+            log.warning(
+                "action committed, hint not published (the sweeper will): %s",
+                type(error).__name__,
+                extra={"event": "publish_deferred", "operation_ref": ref},
+            )
+        return self.view(ref)

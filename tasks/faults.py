@@ -34,6 +34,7 @@ FaultPoint = Literal[
     "after_record",
     "before_publish",
     "after_publish",
+    "after_submit_commit",
 ]
 # The points every claim passes, execution and verification alike (the chaos run
 # rotates its kills over these).
@@ -48,7 +49,10 @@ POINTS: Final[tuple[FaultPoint, ...]] = (
 # Points on the execution path only: ``before_call`` comes after an execution's claim
 # and before its adapter call (a verification's claim never passes it).
 EXECUTION_POINTS: Final[tuple[FaultPoint, ...]] = ("before_call",)
-ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS)
+
+SUBMIT_POINTS: Final[tuple[FaultPoint, ...]] = ("after_submit_commit",)
+"""In the submitting process (the gateway): the step is committed, nothing answered yet."""
+ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS, *SUBMIT_POINTS)
 ACTIONS: Final = ("kill", "raise", "pause")
 WILDCARD: Final = "*"
 

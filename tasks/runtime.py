@@ -20,6 +20,8 @@ from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.secrets import SecretBox, open_without_keys
 from toolsafe.recovery.store import StepStore, StorePort
+from toolsafe.recovery.store.feed import ChangeFeed, Feed
+from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.faults import Faults
 
@@ -53,6 +55,7 @@ class Runtime:
         self._registry: Registry | None = registry
         self._given = store
         self._store: StepStore | None = None
+        self._feed: ChangeFeed | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
         # Built once per tool: the settings never change, and this is on the hot path.
@@ -83,6 +86,19 @@ class Runtime:
             return self._store
 
     @property
+    def feed(self) -> Feed:
+        """The process's change feed over the store (push completion for waiters)."""
+        store = self.store
+        if isinstance(store, MemoryStore):
+            return store.feed
+        if not isinstance(store, StepStore):  # pragma: no cover - the two stores there are
+            raise TypeError(f"no change feed for {type(store).__name__}")
+        with self._lock:
+            if self._feed is None or self._feed.engine is not store.engine:
+                self._feed = ChangeFeed(store.engine, self.settings.notify_poll_interval)
+            return self._feed
+
+    @property
     def rng(self) -> random.Random:
         if self._pid != os.getpid():
             self.after_fork()
@@ -96,6 +112,9 @@ class Runtime:
     def close(self) -> None:
         """Close this process's database connections (the runtime stays usable)."""
         with self._lock:
+            if self._feed is not None and self._pid == os.getpid():
+                self._feed.close()
+            self._feed = None
             if self._store is not None and self._pid == os.getpid():
                 self._store.engine.dispose()
             self._store = None
@@ -103,6 +122,7 @@ class Runtime:
     def _forget_store(self) -> None:
         # The inherited engine's sockets belong to the parent: never close them here.
         self._store = None
+        self._feed = None
         self._pid = os.getpid()
         self._rng = random.Random()
 

@@ -73,3 +73,13 @@ def test_recovery_latency_recovers_the_killed_step(pg_url: str, redis_url: str) 
     # The naive baseline task ran twice: its INSERT is the duplicate write toolsafe avoids.
     assert "rows written per call 2" in out
     assert "ratio toolsafe after_claim / plain Celery" in out
+
+
+@pytest.mark.slow
+def test_gateway_prints_both_figures_with_their_baselines(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "gateway", pg_url, redis_url, "--calls", "8", "--warmup", "4", "--samples", "4"
+    )
+    assert "in-process Client" in out and "GatewayClient over HTTP" in out
+    assert "gateway adds" in out and "one HTTP request adds" in out
+    assert "change feed wake-up (LISTEN/NOTIFY)" in out and "the old polling loop" in out

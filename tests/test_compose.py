@@ -228,7 +228,7 @@ def test_every_toolsafe_process_gets_the_same_settings(compose: dict[str, Any]) 
         for name, svc in ours.items()
         if name != "downstream"
     }
-    assert set(settings) >= {"migrate", "worker", "beat", "flower"}
+    assert set(settings) >= {"migrate", "worker", "beat", "flower", "gateway"}
     first = settings["worker"]
     assert all(values == first for values in settings.values()), settings
 
@@ -277,6 +277,22 @@ def test_workers_scale(compose: dict[str, Any]) -> None:
     node = command[command.index("-n") + 1]
     assert "%h" in node, "each replica needs its own node name"
     assert worker["healthcheck"]["test"]
+
+
+def test_the_gateway_serves_with_keys_after_the_migration(compose: dict[str, Any]) -> None:
+    gateway = _services(compose)["gateway"]
+    command = gateway["command"]
+    assert command[:2] == ["toolsafe", "serve"] and "--no-auth" not in command
+    port = command[command.index("--port") + 1]
+    assert f"{port}:{port}" in gateway["ports"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert gateway["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert any("/healthz" in part for part in gateway["healthcheck"]["test"])
+
+
+def test_the_image_can_run_the_gateway() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "p['project']['optional-dependencies']['gateway']" in text
 
 
 def test_exactly_one_beat(compose: dict[str, Any]) -> None:

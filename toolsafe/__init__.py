@@ -25,6 +25,10 @@ except PackageNotFoundError:  # pragma: no cover - running from a bare source tr
 _EXPORTS: dict[str, str] = {
     # the client and what it answers with
     "Client": "toolsafe.tasks.client",
+    "AsyncClient": "toolsafe.tasks.async_client",
+    "GatewayClient": "toolsafe.gateway.client",
+    "AsyncGatewayClient": "toolsafe.gateway.client",
+    "GatewayError": "toolsafe.gateway.client",
     "InvalidInput": "toolsafe.tasks.client",
     "WaitTimeout": "toolsafe.tasks.client",
     "StepView": "toolsafe.tasks.views",
@@ -67,10 +71,14 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Adapter",
     "AdapterSettings",
+    "AsyncClient",
+    "AsyncGatewayClient",
     "CallContext",
     "Client",
     "FieldError",
     "FunctionAdapter",
+    "GatewayClient",
+    "GatewayError",
     "HistoryEntry",
     "HttpReadAdapter",
     "HttpSettings",
@@ -127,11 +135,13 @@ if TYPE_CHECKING:
         LookupUnavailable,
     )
     from toolsafe.adapters.registry import AdapterSettings, Registry
+    from toolsafe.gateway.client import AsyncGatewayClient, GatewayClient, GatewayError
     from toolsafe.recovery.outcomes import TransitionRefused
     from toolsafe.recovery.states import StepState
     from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
     from toolsafe.settings import Settings, SettingsError
     from toolsafe.tasks.app import create_app
+    from toolsafe.tasks.async_client import AsyncClient
     from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
     from toolsafe.tasks.views import HistoryEntry, StepView
 

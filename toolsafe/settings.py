@@ -162,6 +162,13 @@ class Settings:
     # Fernet keys for secret input fields at rest, newest first: the first seals, every
     # one opens (rotation: put a new key first, drop an old one once nothing uses it).
     secret_keys: tuple[str, ...] = field(default=(), repr=False)
+    # The HTTP gateway (``toolsafe serve``, docs/gateway.md).
+    gateway_max_body: int = 1_048_576
+    gateway_max_header: int = 16_384
+    gateway_max_wait: float = 60.0
+    gateway_max_waits: int = 1000
+    # How often a process without LISTEN/NOTIFY (SQLite) looks for new step events.
+    notify_poll_interval: float = 0.05
 
     def __post_init__(self) -> None:
         self.validate()
@@ -181,6 +188,11 @@ class Settings:
             "TOOLSAFE_SWEEP_BATCH": self.sweep_batch,
             "TOOLSAFE_WORKER_ETA_TASK_LIMIT": self.worker_eta_task_limit,
             "TOOLSAFE_MAX_INPUT_BYTES": self.max_input_bytes,
+            "TOOLSAFE_GATEWAY_MAX_BODY_BYTES": self.gateway_max_body,
+            "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": self.gateway_max_header,
+            "TOOLSAFE_GATEWAY_MAX_WAIT": self.gateway_max_wait,
+            "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
+            "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -293,6 +305,11 @@ def _read(reader: Reader) -> Settings:
         operator=reader.name("TOOLSAFE_OPERATOR"),
         max_input_bytes=reader.integer("TOOLSAFE_MAX_INPUT_BYTES", 262_144),
         secret_keys=reader.secret_keys("TOOLSAFE_SECRET_KEYS"),
+        gateway_max_body=reader.integer("TOOLSAFE_GATEWAY_MAX_BODY_BYTES", 1_048_576),
+        gateway_max_header=reader.integer("TOOLSAFE_GATEWAY_MAX_HEADER_BYTES", 16_384),
+        gateway_max_wait=reader.number("TOOLSAFE_GATEWAY_MAX_WAIT", 60.0),
+        gateway_max_waits=reader.integer("TOOLSAFE_GATEWAY_MAX_WAITS", 1000),
+        notify_poll_interval=reader.number("TOOLSAFE_NOTIFY_POLL_INTERVAL", 0.05),
         environ=reader.toolsafe_variables(),
     )
 

@@ -53,6 +53,7 @@ from toolsafe.recovery.rows import (
     verification_refusal,
 )
 from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
+from toolsafe.recovery.store.feed import MemoryFeed
 from toolsafe.recovery.store.memory_outbox import MemoryOutbox
 from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
 from toolsafe.recovery.store.sql import Change
@@ -83,6 +84,8 @@ class MemoryStore:
         self._rng = rng or random.Random()
         self._tables = Tables()
         self.outbox = MemoryOutbox(self._tables)
+        self.feed = MemoryFeed()
+        self._tables.on_event = self.feed.changed
 
     # -------------------------------------------------------------- transactions
 
@@ -100,6 +103,7 @@ class MemoryStore:
         digest: str | None = None,
         equivalent_hashes: Collection[str] = (),
         same_input: Callable[[dict[str, Any]], bool] | None = None,
+        actor: str | None = None,
     ) -> Submitted:
         """A ``pending`` step due now and its ``submitted`` event; the same operation_ref
         returns the stored step (no event), or raises ``OperationRefConflict``. The input
@@ -118,7 +122,9 @@ class MemoryStore:
         with self._tables.transaction():
             existing = self._tables.steps.get(ref)
             if existing is None:
-                created = self._insert(tool, input, ref, digest, max_attempts, now, published_at)
+                created = self._insert(
+                    tool, input, ref, digest, max_attempts, now, published_at, actor
+                )
         if existing is None:
             return created
         if existing.tool != tool:
@@ -140,6 +146,7 @@ class MemoryStore:
         max_attempts: int,
         now: datetime,
         published_at: datetime | None,
+        actor: str | None = None,
     ) -> Submitted:
         at = utc(now)
         step = StepRecord(
@@ -170,7 +177,7 @@ class MemoryStore:
             updated_at=at,
         )
         self._tables.put(step)
-        change = submitted_change(tool, digest, max_attempts)
+        change = submitted_change(tool, digest, max_attempts, actor)
         event = self._tables.append(
             operation_ref=ref,
             at=now,
@@ -449,12 +456,15 @@ class MemoryStore:
         stored: Mapping[str, Any] | None = None,
         digest: str | None = None,
         open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        actor: str | None = None,
     ) -> Recorded:
         new_input = dict(new_input)
         to_store = dict(stored) if stored is not None else new_input
         new_hash = digest or input_hash(new_input)
         field_errors = tuple(validate(new_input))
         detail: dict[str, Any] = {"input_hash": new_hash}
+        if actor is not None:
+            detail["actor"] = actor
 
         def outcome_for(step: StepRecord) -> Outcome:
             before = open_stored(dict(step.input)) if open_stored is not None else step.input

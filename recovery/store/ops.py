@@ -99,11 +99,15 @@ def _insert_statement(dialect_name: str) -> Select[Any] | Insert:
 _INSERT: dict[str, Select[Any] | Insert] = {}
 
 
-def submitted_change(tool: str, input_hash: str, max_attempts: int) -> Change:
-    """The ``submitted`` event of a new step (its only event until a worker claims it)."""
-    return Change(
-        SUBMITTED, SUBMITTED, {"tool": tool, "input_hash": input_hash, "max_attempts": max_attempts}
-    )
+def submitted_change(
+    tool: str, input_hash: str, max_attempts: int, actor: str | None = None
+) -> Change:
+    """The ``submitted`` event of a new step (its only event until a worker claims it);
+    ``actor`` names who submitted it (a gateway key) when known."""
+    detail: dict[str, Any] = {"tool": tool, "input_hash": input_hash, "max_attempts": max_attempts}
+    if actor is not None:
+        detail["actor"] = actor
+    return Change(SUBMITTED, SUBMITTED, detail)
 
 
 def insert_step(
@@ -116,6 +120,7 @@ def insert_step(
     max_attempts: int,
     now: datetime,
     published_at: datetime | None = None,
+    actor: str | None = None,
 ) -> tuple[Row[Any], EventRecord | None]:
     """Insert the pending step unless its operation_ref exists; (row, its ``submitted``
     event, or None when the step already existed).
@@ -128,7 +133,7 @@ def insert_step(
     statement = _INSERT.get(name)
     if statement is None:
         statement = _INSERT[name] = _insert_statement(name)
-    change = submitted_change(tool, input_hash, max_attempts)
+    change = submitted_change(tool, input_hash, max_attempts, actor)
     parameters: dict[str, Any] = {
         "operation_ref": operation_ref,
         "tool": tool,

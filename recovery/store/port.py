@@ -70,13 +70,14 @@ class StorePort(Protocol):
         digest: str | None = None,
         equivalent_hashes: Collection[str] = (),
         same_input: Callable[[dict[str, Any]], bool] | None = None,
+        actor: str | None = None,
     ) -> Submitted:
         """Commit a ``pending`` step due now with its ``submitted`` event (R2); the same
         operation_ref again returns the stored step and no event; another tool or input
         under it raises ``OperationRefConflict``; a malformed ref ``InvalidOperationRef``.
         ``input`` is stored as given (the client's canonical form); ``digest`` (its hash
         unless given), ``equivalent_hashes`` and ``same_input`` decide whether a repeat is
-        the same call."""
+        the same call; ``actor`` (who submitted) goes into the ``submitted`` event."""
         ...
 
     def get(self, operation_ref: str) -> StepRecord:
@@ -168,6 +169,7 @@ class StorePort(Protocol):
         stored: Mapping[str, Any] | None = None,
         digest: str | None = None,
         open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        actor: str | None = None,
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; with secret
         fields, ``stored`` is what to write (sealed), ``digest`` its hash and

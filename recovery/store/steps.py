@@ -216,6 +216,7 @@ class StepStore:
         digest: str | None = None,
         equivalent_hashes: Collection[str] = (),
         same_input: Callable[[dict[str, Any]], bool] | None = None,
+        actor: str | None = None,
     ) -> Submitted:
         """Commit a ``pending`` step due now, with its ``submitted`` event (None when the
         ref existed: the existing step comes back). Idempotent by operation_ref; another
@@ -229,7 +230,8 @@ class StepStore:
         ``equivalent_hashes`` are other hashes of the same call (under an older key, or
         of the raw input for steps stored before inputs were canonical); when none
         matches, ``same_input`` may still recognise the stored input (a secret sealed
-        under a key whose hash can no longer be computed)."""
+        under a key whose hash can no longer be computed). ``actor`` (who submitted) goes
+        into the ``submitted`` event."""
         ref = operation_ref if operation_ref is not None else new_operation_ref()
         if not valid_operation_ref(ref):
             raise InvalidOperationRef(ref)
@@ -252,6 +254,7 @@ class StepStore:
                 max_attempts=policy.retry.max_attempts,
                 now=now,
                 published_at=published_at,
+                actor=actor,
             )
 
         row, event = self._write(work)
@@ -463,6 +466,7 @@ class StepStore:
         stored: Mapping[str, Any] | None = None,
         digest: str | None = None,
         open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        actor: str | None = None,
     ) -> Recorded:
         """needs_input → pending with the new input, same operation_ref; raises
         ``TransitionRefused`` (identical input, flagged field unchanged, invalid).
@@ -476,6 +480,8 @@ class StepStore:
         field_errors = tuple(validate(new_input))
 
         detail: dict[str, Any] = {"input_hash": new_hash}
+        if actor is not None:
+            detail["actor"] = actor
 
         def outcome_for(row: Row[Any]) -> Outcome:
             before = open_stored(dict(row.input)) if open_stored is not None else row.input

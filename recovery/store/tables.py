@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -66,6 +66,8 @@ class Tables:
         # The escalation outbox (``escalation_outbox``): notices by id, in id order.
         self.notices: dict[int, OutboxNotice] = {}
         self.notice_ids = 0
+        # Told the operation_ref of every event appended (the store's change feed).
+        self.on_event: Callable[[str], None] | None = None
 
     def next_step_id(self) -> int:
         self.step_ids += 1
@@ -127,6 +129,9 @@ class Tables:
         )
         self.events.append(event)
         self.events_by_ref.setdefault(operation_ref, []).append(event)
+        if self.on_event is not None:
+            # Waiters block on the lock this change holds: they read it once committed.
+            self.on_event(operation_ref)
         return event
 
     def cas(

@@ -15,6 +15,8 @@ from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepRecord, StepStore
+from toolsafe.recovery.store.feed import ChangeFeed
+from toolsafe.tasks.runtime import Runtime
 
 T0: Final = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE: Final = timedelta(seconds=30)
@@ -177,3 +179,10 @@ def sql_store(store: object) -> StepStore:
     """The SQL store behind a runtime's port, for tests that read its tables directly."""
     assert isinstance(store, StepStore), f"not the database store: {store!r}"
     return store
+
+
+def sql_feed(runtime: Runtime) -> ChangeFeed:
+    """The SQL store's change feed behind a runtime (its counters and connection)."""
+    feed = runtime.feed
+    assert isinstance(feed, ChangeFeed), f"not the database feed: {feed!r}"
+    return feed

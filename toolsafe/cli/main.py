@@ -187,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.conformance import cli as conformance_cli
 
     conformance_cli.add_parser(commands)
+
+    from toolsafe.gateway import cli as gateway_cli
+
+    gateway_cli.add_commands(commands)
     return parser
 
 

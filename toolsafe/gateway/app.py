@@ -1,0 +1,140 @@
+"""The FastAPI application of ``toolsafe serve``: routers under ``/v1``, one problem
+handler, and the limits on headers and bodies applied before any route runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolsafe.gateway import problems
+from toolsafe.gateway.auth import Authenticator
+from toolsafe.gateway.problems import ApiProblem, problem_response
+from toolsafe.gateway.routes import actions, calls, events, tools
+from toolsafe.gateway.state import Gateway
+from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.settings import Settings
+from toolsafe.tasks.client import Client
+
+DESCRIPTION = """\
+toolsafe's front door for agent services in any language: submit tool calls (the
+`Idempotency-Key` header is the operation_ref), wait for their envelope, correct input,
+cancel; operators approve, reject, resolve and re-drive. Every error is RFC 9457
+`application/problem+json` with a stable `code`. See docs/gateway.md.
+"""
+
+
+class Limits:
+    """431 for headers over ``TOOLSAFE_GATEWAY_MAX_HEADER_BYTES``, 413 for a body over
+    ``TOOLSAFE_GATEWAY_MAX_BODY_BYTES`` (read up to the limit, never further)."""
+
+    def __init__(self, app: ASGIApp, max_header: int, max_body: int) -> None:
+        self.app = app
+        self.max_header = max_header
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        size = sum(len(name) + len(value) for name, value in scope["headers"])
+        if size > self.max_header:
+            await self._refuse(
+                scope,
+                send,
+                "HEADERS_TOO_LARGE",
+                f"headers of {size} bytes are over the limit "
+                f"of {self.max_header} (TOOLSAFE_GATEWAY_MAX_HEADER_BYTES)",
+            )
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await self._refuse_body(scope, send)
+            return
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_body:
+                await self._refuse_body(scope, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse_body(self, scope: Scope, send: Send) -> None:
+        await self._refuse(
+            scope, send, "BODY_TOO_LARGE",
+            f"the body is over the limit of {self.max_body} bytes "
+            "(TOOLSAFE_GATEWAY_MAX_BODY_BYTES)",
+        )  # fmt: skip
+
+    async def _refuse(self, scope: Scope, send: Send, code: str, detail: str) -> None:
+        response = problem_response(ApiProblem(code, detail), scope.get("path"))
+        response.headers["Connection"] = "close"
+        await response(scope, _drain, send)
+
+
+async def _drain() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _database_of(client: Client) -> Engine:
+    """The database the gateway's keys live in: the step store's own."""
+    from toolsafe.recovery.store import StepStore
+
+    store = client.runtime.store
+    if not isinstance(store, StepStore):
+        raise TypeError("the gateway's keys need the database store (TOOLSAFE_DATABASE_URL)")
+    return store.engine
+
+
+def create_gateway(
+    settings: Settings, *, client: Client | None = None, auth: bool = True
+) -> FastAPI:
+    """The app; ``auth=False`` is the development mode (the caller checks loopback)."""
+    client = client if client is not None else Client.from_settings(settings)
+    keys = KeyStore(_database_of(client)) if auth else None
+    app = FastAPI(
+        title="toolsafe gateway",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.gateway = Gateway(settings, client, Authenticator(keys))
+    app.state.authenticator = app.state.gateway.authenticator
+    for module in (tools, actions, events, calls):  # the more specific paths first
+        app.include_router(module.router, prefix="/v1")
+    problems.install(app)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        # No store access: a liveness probe that answers while the database is down.
+        return {"ok": True, "waits": app.state.gateway.waits}
+
+    app.add_middleware(
+        Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
+    )
+    return app

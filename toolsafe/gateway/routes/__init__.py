@@ -1,0 +1,1 @@
+"""The gateway's routers, one per resource: tools, calls, call actions, call events."""
