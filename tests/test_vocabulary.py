@@ -22,9 +22,11 @@ from toolsafe.adapters.codes import (
 from toolsafe.adapters.errors import INPUT_REFUSALS
 from toolsafe.adapters.examples.downstream_state import DOWNSTREAM_CODES
 from toolsafe.conformance.hostile import SIMULATED_UPSTREAM_CODES
+from toolsafe.gateway.problems import GATEWAY_CODES
 from toolsafe.recovery import guards
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 from toolsafe.recovery.states import CLAIMABLE, StepState
+from toolsafe.recovery.store.keys import KEY_REFUSALS
 
 PACKAGE: Final = Path(toolsafe.__file__).resolve().parent
 
@@ -35,6 +37,10 @@ CATALOGUES: Final[Mapping[str, Mapping[str, str]]] = {
     "refusal": REFUSALS,
     "no-op reason": NOOP_REASONS,
     "input refusal": INPUT_REFUSALS,
+    "key refusal": KEY_REFUSALS,
+    # The gateway's own problem codes (it answers the runtime's and the client's with
+    # theirs, under the same names).
+    "gateway problem": GATEWAY_CODES,
 }
 """toolsafe's own vocabularies: one meaning per string, across all of them."""
 
@@ -60,6 +66,8 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "REPORT": "a heading of the demo's printed report",
     "SC_CLK_TCK": "a name os.sysconf knows (clock ticks per second)",
     "FILE": "an argument's metavar in --help",
+    "NAME": "an argument's metavar in --help",
+    "PATCH": "an HTTP method",
     "TOOL": "an argument's metavar in --help",
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",

@@ -232,6 +232,10 @@ class Settings:
     def policy_for(self, tool: str) -> Policy:
         return self.tool_policies.get(tool, self.policy).policy()
 
+    def was_set(self, variable: str) -> bool:
+        """Whether ``variable`` had a value when these settings were read."""
+        return bool(self.environ.get(variable, "").strip())
+
     def time_limits(self) -> dict[str, tuple[float, float]]:
         """(soft, hard) time limit of each kind of task, in seconds: ``call`` (execute and
         verify), ``notify`` (escalate) and ``sweep``."""

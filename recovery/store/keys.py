@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -27,6 +28,16 @@ SCRYPT_P: Final = 1
 NAMESPACE_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}$")
 NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}$")
 _TOKEN = re.compile(r"^tsk_([0-9a-f]{16})_([A-Za-z0-9_\-]{20,100})$")
+
+
+KEY_REFUSALS: Final[Mapping[str, str]] = {
+    "BAD_KEY_NAME": "a key's name is empty, too long or not printable",
+    "BAD_SCOPE": "a key's scope is neither agent nor operator",
+    "BAD_NAMESPACE": "a key's namespace is not a usable operation_ref prefix",
+    "KEY_EXISTS": "a key of that name exists already",
+    "NO_SUCH_KEY": "no active key of that name",
+}
+"""Why ``toolsafe keys`` refused (``KeyRefused.code``)."""
 
 
 class KeyRefused(ToolsafeError, ValueError):

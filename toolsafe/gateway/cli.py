@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 import socket
 import sys
 from dataclasses import replace
@@ -58,10 +57,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def embedded(settings: Settings, environ: dict[str, str]) -> tuple[Settings, bool]:
+def embedded(settings: Settings) -> tuple[Settings, bool]:
     """With neither TOOLSAFE_DATABASE_URL nor TOOLSAFE_BROKER_URL set, the embedded
     default: the SQLite file ``toolsafe.db`` and a file-system broker beside it."""
-    if environ.get("TOOLSAFE_DATABASE_URL") or environ.get("TOOLSAFE_BROKER_URL"):
+    if settings.was_set("TOOLSAFE_DATABASE_URL") or settings.was_set("TOOLSAFE_BROKER_URL"):
         return settings, False
     folder = Path.cwd() / EMBEDDED_BROKER
     for part in ("queue", "control", "processed"):
@@ -90,7 +89,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.no_auth and not is_loopback(args.host):
         _say(f"error: --no-auth is allowed only on a loopback address, not {args.host}")
         return EXIT_USAGE
-    settings, is_embedded = embedded(settings, dict(os.environ))
+    settings, is_embedded = embedded(settings)
     if is_embedded:
         from toolsafe.recovery.db import migrate
 

@@ -29,7 +29,29 @@ log = logging.getLogger("toolsafe.gateway")
 MEDIA_TYPE: Final = "application/problem+json"
 RETRY_AFTER_UNAVAILABLE: Final = 2
 
-# The gateway's own codes; refusals of the runtime keep theirs (TransitionRefused.code).
+# The gateway's own codes, with what each means; refusals of the runtime, the store and
+# the client keep theirs (TransitionRefused.code, UNKNOWN_TOOL, INVALID_INPUT, ...).
+GATEWAY_CODES: Final[Mapping[str, str]] = {
+    "UNAUTHENTICATED": "no key, or a key that is unknown, wrong or revoked",
+    "FORBIDDEN": "the key's scope does not allow this action (agents do not approve)",
+    "NOT_FOUND": "no such route",
+    "STEP_NOT_FOUND": "no step under this operation_ref that the key may see",
+    "METHOD_NOT_ALLOWED": "the route does not take this HTTP method",
+    "NOT_ACCEPTABLE": "the client accepts no media type the gateway answers with",
+    "OPERATION_REF_CONFLICT": "the Idempotency-Key names a step with another tool or input",
+    "BODY_TOO_LARGE": "the request body is over TOOLSAFE_GATEWAY_MAX_BODY_BYTES",
+    "UNSUPPORTED_MEDIA_TYPE": "the request body is not application/json",
+    "INVALID_REQUEST": "the request is malformed (parameters, JSON, headers)",
+    "INVALID_OPERATION_REF": "the Idempotency-Key is not a usable operation_ref",
+    "TOO_MANY_WAITS": "too many requests hold a wait or a stream at once",
+    "HEADERS_TOO_LARGE": "the request headers are over TOOLSAFE_GATEWAY_MAX_HEADER_BYTES",
+    "INTERNAL": "the gateway failed; nothing it acknowledged is lost",
+    "STORE_UNAVAILABLE": "the step store cannot be reached; retry after Retry-After",
+    "BROKER_UNAVAILABLE": "the broker cannot be reached; retry after Retry-After",
+    "HTTP_<status>": "an answer without a problem code, named by its HTTP status (clients)",
+}
+"""The gateway's vocabulary; ``HTTP_<status>`` is built by its clients."""
+
 CODES: Final = {
     "UNAUTHENTICATED": 401,
     "FORBIDDEN": 403,
@@ -50,6 +72,7 @@ CODES: Final = {
     "STORE_UNAVAILABLE": 503,
     "BROKER_UNAVAILABLE": 503,
 }
+"""The HTTP status of each code the gateway answers with itself."""
 REFUSAL_STATUS: Final = 409
 
 
