@@ -33,6 +33,7 @@ from toolsafe.tasks import pipeline
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
+from toolsafe.tasks.worker_lost import LeaseAwareRequest
 
 log = logging.getLogger("toolsafe.app")
 
@@ -132,6 +133,8 @@ def _register_tasks(app: ToolsafeApp) -> None:
             "ignore_result": True,
             "soft_time_limit": soft,
             "time_limit": hard,
+            # In the main process: a dead pool child's leases go to verification at once.
+            "Request": LeaseAwareRequest,
         }
 
     @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]

@@ -49,7 +49,8 @@ POINTS: Final[tuple[FaultPoint, ...]] = (
 # and before its adapter call (a verification's claim never passes it).
 EXECUTION_POINTS: Final[tuple[FaultPoint, ...]] = ("before_call",)
 ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS)
-ACTIONS: Final = ("kill", "raise", "pause")
+# "stop" sends the process SIGSTOP: it stays paused until someone sends it SIGCONT.
+ACTIONS: Final = ("kill", "raise", "pause", "stop")
 WILDCARD: Final = "*"
 
 
@@ -82,7 +83,7 @@ class FaultPlanError(ToolsafeError, ValueError):
 class Fault:
     """One planned fault: what to do, how often, and (for ``during_call``) when."""
 
-    action: Literal["kill", "raise", "pause"]
+    action: Literal["kill", "raise", "pause", "stop"]
     seconds: float = 0.0  # pause length
     delay: float = 0.1  # during_call: how long after the call started it fires
     times: int = 1
@@ -240,6 +241,8 @@ class Faults:
         _announce(point, operation_ref, fault)
         if fault.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif fault.action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         elif fault.action == "raise":
             raise FaultInjected(point, operation_ref)
         else:
@@ -271,6 +274,9 @@ class Faults:
                 _announce(point, operation_ref, fault)
                 if fault.action == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if fault.action == "stop":
+                    os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, mid-call
+                    return
                 # Raise inside the calling thread as soon as it runs Python code again,
                 # the way a crash inside the adapter would surface.
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(

@@ -20,6 +20,8 @@ from toolsafe.recovery.policy import Policy, RetryPolicy, VerificationPolicy
 DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL: Final = "sqlite:///toolsafe.db"
 DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
+# A lease lasts at least this many heartbeats: one late or failed renewal never loses it.
+HEARTBEATS_PER_LEASE: Final = 3
 
 # Keys accepted in TOOLSAFE_TOOL_POLICIES and their TOOLSAFE_* default variable.
 POLICY_KEYS: Final = (
@@ -84,9 +86,11 @@ class Settings:
     result_backend: str | None = None
     database_url: str = DEFAULT_DATABASE_URL
     adapter_modules: tuple[str, ...] = (DEFAULT_ADAPTERS,)
-    # How long a claim holds a step; must outlive the task's hard time limit, or a live
-    # call could be declared lost and verified while it is still writing.
-    lease: float = 90.0
+    # How long a claim holds a step without a heartbeat: a running call renews it every
+    # heartbeat_interval, so a dead worker's step is recovered about a lease after it
+    # died (at once when its host sees it die, docs/operations.md).
+    lease: float = 15.0
+    heartbeat_interval: float = 3.0
     task_time_limit: float = 60.0
     task_soft_time_limit: float = 50.0
     sweep_interval: float = 5.0
@@ -115,6 +119,7 @@ class Settings:
         """Refuse combinations that break the durability rules (DESIGN §4, §8)."""
         positive = {
             "TOOLSAFE_LEASE_SECONDS": self.lease,
+            "TOOLSAFE_HEARTBEAT_INTERVAL": self.heartbeat_interval,
             "TOOLSAFE_TASK_TIME_LIMIT": self.task_time_limit,
             "TOOLSAFE_TASK_SOFT_TIME_LIMIT": self.task_soft_time_limit,
             "TOOLSAFE_SWEEP_INTERVAL": self.sweep_interval,
@@ -135,12 +140,12 @@ class Settings:
                 "TOOLSAFE_TASK_SOFT_TIME_LIMIT",
                 f"must be below TOOLSAFE_TASK_TIME_LIMIT ({self.task_time_limit}s)",
             )
-        if self.lease <= self.task_time_limit:
+        if self.heartbeat_interval * HEARTBEATS_PER_LEASE > self.lease:
             raise SettingsError(
-                "TOOLSAFE_LEASE_SECONDS",
-                f"must exceed TOOLSAFE_TASK_TIME_LIMIT ({self.task_time_limit}s): a lease "
-                "that ends while the call may still run would send a live write to "
-                "verification",
+                "TOOLSAFE_HEARTBEAT_INTERVAL",
+                f"must be at most TOOLSAFE_LEASE_SECONDS / {HEARTBEATS_PER_LEASE} "
+                f"({self.lease / HEARTBEATS_PER_LEASE:g}s), got {self.heartbeat_interval:g}s: "
+                "a live call must get several renewals in before its lease runs out",
             )
         needed = 2 * (self.max_eta + self.eta_jitter + self.task_time_limit)
         if self.visibility_timeout < needed:
@@ -177,6 +182,8 @@ class Settings:
             max_lookups_unavailable=reader.integer("TOOLSAFE_MAX_LOOKUPS_UNAVAILABLE", 5),
             loop_guard=reader.integer("TOOLSAFE_LOOP_GUARD", 3),
         )
+        # Unset, the heartbeat beats five times a lease, whatever lease was chosen.
+        lease = reader.number("TOOLSAFE_LEASE_SECONDS", 15.0)
         fault_plan = reader.text("TOOLSAFE_FAULT_PLAN")
         state_dir = reader.text("TOOLSAFE_FAULT_STATE_DIR")
         if fault_plan and not state_dir:
@@ -186,7 +193,8 @@ class Settings:
             result_backend=reader.text("TOOLSAFE_RESULT_BACKEND"),
             database_url=reader.text("TOOLSAFE_DATABASE_URL") or DEFAULT_DATABASE_URL,
             adapter_modules=parse_module_list(env.get("TOOLSAFE_ADAPTERS", DEFAULT_ADAPTERS)),
-            lease=reader.number("TOOLSAFE_LEASE_SECONDS", 90.0),
+            lease=lease,
+            heartbeat_interval=reader.number("TOOLSAFE_HEARTBEAT_INTERVAL", lease / 5),
             task_time_limit=reader.number("TOOLSAFE_TASK_TIME_LIMIT", 60.0),
             task_soft_time_limit=reader.number("TOOLSAFE_TASK_SOFT_TIME_LIMIT", 50.0),
             sweep_interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", 5.0),
