@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, worker_init, worker_process_init
+from celery.signals import after_setup_logger, worker_init, worker_process_init, worker_ready
 from kombu.exceptions import ChannelError
 
 from toolsafe.adapters.errors import ToolsafeError
@@ -33,7 +33,7 @@ from toolsafe.tasks import pipeline
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
-from toolsafe.tasks.worker_lost import LeaseAwareRequest
+from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nudge
 
 log = logging.getLogger("toolsafe.app")
 
@@ -173,6 +173,13 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
             raise SystemExit(f"toolsafe: cannot start the worker: {error}") from error
 
     worker_init.connect(check_before_start, weak=False, dispatch_uid=f"toolsafe-check-{id(app)}")
+
+    def watch_children(sender: Any = None, **_: Any) -> None:
+        # The main process, once its pool runs: a dead child's leases → R4 at once.
+        if getattr(sender, "app", None) is app:
+            ChildWatcher(app, replace_child=pool_nudge(sender)).start()
+
+    worker_ready.connect(watch_children, weak=False, dispatch_uid=f"toolsafe-watch-{id(app)}")
     return app
 
 
