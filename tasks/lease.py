@@ -10,6 +10,7 @@ expired lease's own guarded transition (R4), never back to execution.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -72,6 +73,7 @@ class Heartbeat:
         with self._lock:
             self._ensure_thread()
             self._held[id(hold)] = hold
+        self._wake.set()  # the thread plans its next wake-up with this hold in view
         return hold
 
     def release(self, hold: Hold) -> Claim | None:
@@ -112,6 +114,7 @@ class Heartbeat:
     def _renew(self, hold: Hold) -> None:
         with hold.lock:
             if hold.released or hold.lost:
+                hold.next_renewal = math.inf  # nothing left to renew
                 return
             started = time.monotonic()
             claim = hold.claim
@@ -131,6 +134,7 @@ class Heartbeat:
                 return
             if renewed is None:
                 hold.lost = True
+                hold.next_renewal = math.inf
                 log.warning(
                     "lease taken over %s",
                     claim.step.operation_ref,
