@@ -58,6 +58,18 @@ class LeaseOwner:
         return cls(host=host, pid=int(pid), start=start, space=space)
 
 
+def owner_pid(text: object) -> int | None:
+    """The process id a lease owner names: ``host:pid:start:space``, or the older
+    ``host:pid``; None for a name that carries none."""
+    if not isinstance(text, str):
+        return None
+    parsed = LeaseOwner.parse(text)
+    if parsed is not None:
+        return parsed.pid
+    last = text.rsplit(":", 1)[-1]
+    return int(last) if ":" in text and last.isdigit() else None
+
+
 def hostname() -> str:
     return socket.gethostname()
 

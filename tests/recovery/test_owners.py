@@ -117,3 +117,11 @@ def test_the_ps_fallback_reads_a_start_and_a_state() -> None:
         pytest.skip("no ps on this machine")
     assert info.running and info.start
     assert owners._from_ps(2**22 + 12345) == owners.ProcessInfo(start="", running=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "pid"),
+    [("h:41:900:b.1", 41), ("host:41", 41), ("worker-1", None), (None, None), ("h:x", None)],
+)
+def test_the_pid_an_owner_names(text: str | None, pid: int | None) -> None:
+    assert owners.owner_pid(text) == pid
