@@ -94,7 +94,9 @@ def test_due_work_publishes_each_due_step_once_per_interval(store: StepStore) ->
     assert all(step.version == 1 for step in due)  # bookkeeping, not a state change
     assert store.due_work(T0 + timedelta(seconds=59), limit=10, republish_after=MINUTE) == []
     again = store.due_work(T0 + MINUTE, limit=2, republish_after=MINUTE)
-    assert [step.operation_ref for step in again] == ["r0", "r1"]
+    # Two of the three (all due at T0: which two of a tie is the database's choice).
+    picked = [step.operation_ref for step in again]
+    assert len(picked) == 2 and set(picked) < {"r0", "r1", "r2"}
     assert [e.kind for e in store.events("r0")] == ["submitted"]
 
 
