@@ -1,23 +1,34 @@
-"""Recovery latency after a SIGKILL: from the kill of a worker in the middle of a write to
-the step's terminal state, with a new worker, against what bounds it (lease + sweep).
+"""Recovery latency after a worker dies mid-write, side by side with plain Celery.
 
-``python -m benchmarks.recovery_latency`` kills a toolsafe worker at the fault point
-``after_claim`` or ``during_call`` (``tasks/faults.py``), starts a new one, and times the
-recovery: lease expiry → sweeper → verification → the same operation_ref run again. The
-plain-Celery baseline kills the hand-rolled task's worker during its call and times the
-broker's redelivery, with ``visibility_timeout`` set to the same lease.
+``python -m benchmarks.recovery_latency`` runs ``create_invoice`` against the example
+downstream in its naive mode (every POST is an effect, no deduplication), lets the
+downstream store the write and stall its answer, and then, 50 ms into the stall:
+
+- ``child``: SIGKILLs the pool process that holds the step, on a live node (the worker's
+  main process sees it die: verification at once, no lease wait);
+- ``node``: SIGKILLs the whole worker (main process and children) and starts another:
+  nobody saw it die, so the short lease's expiry and the next sweep recover it;
+- ``paused``: SIGSTOPs the pool process, waits until its step was recovered, resumes
+  it, and counts the effects (its late result must be refused, nothing sent twice).
+
+The plain-Celery baseline (``acks_late``, ``reject_on_worker_lost``, prefetch 1, the
+hand-rolled "row before, update after" task) is killed the same two ways in the same
+run: its pool process (the message is redelivered at once), its whole node
+(``visibility_timeout`` = the lease). A second row for one call is a duplicate write.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -35,44 +46,48 @@ from benchmarks.common import (
     start_worker,
     worker_env,
 )
-from benchmarks.noop_adapter import TOOL
+from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
-from toolsafe.harness import wait_until
+from toolsafe.harness import Process, wait_until
+from toolsafe.recovery.owners import LeaseOwner
 from toolsafe.recovery.states import TERMINAL
-from toolsafe.tasks.faults import fired, write_plan
+from toolsafe.recovery.store import EventRecord, StorePort
 
-POINTS: Final = ("after_claim", "during_call")
-# The call the during_call fault interrupts: long enough that the kill lands inside it.
-DURING_CALL_MS: Final = 1500.0
-KILL_DELAY: Final = 0.2
+SCENARIOS: Final = ("child", "node", "paused")
+TOOL: Final = "create_invoice"
+STALL: Final = 10.0  # the downstream holds its answer this long after storing the write
+KILL_DELAY: Final = 0.05  # into the stall, as in the issue's measurement
+BASELINE_CALL_MS: Final = 10_000.0
 
 
 @dataclass(frozen=True)
 class Recovery:
-    point: str
-    latency: float  # kill → terminal state, seconds
-    lease_left: float  # kill → the lease's expiry
-    detected: float  # lease expiry → the sweeper moved the step to verifying
-    resolved: float  # verifying → terminal
-    worker_ready: float  # kill → the new worker was ready
+    scenario: str
+    to_verifying: float  # kill → the step in verification
+    to_final: float  # kill → terminal state
     final_state: str
     executions: int  # execution claims granted for the operation_ref
+    effects: int  # writes the naive downstream stored for it
 
 
 @dataclass(frozen=True)
 class Redelivery:
-    latency: float  # kill → the task's UPDATE committed by the new worker
-    worker_ready: float
-    rows: int  # rows the naive task inserted for one call: 2 means a duplicate write
+    scenario: str
+    latency: float  # kill → the redelivered task wrote again (its second INSERT)
+    rows: int  # rows for one call: 2 means a duplicate write
 
 
-def toolsafe_env(args: argparse.Namespace, plan: Path) -> dict[str, str]:
-    lease = args.lease
+def toolsafe_env(args: argparse.Namespace, downstream_url: str) -> dict[str, str]:
     return {
-        "TOOLSAFE_LEASE_SECONDS": f"{lease:g}",
-        # Below the lease, as the settings require (a live call never outlives its lease).
-        "TOOLSAFE_TASK_TIME_LIMIT": f"{lease * 0.8:g}",
-        "TOOLSAFE_TASK_SOFT_TIME_LIMIT": f"{lease * 0.6:g}",
+        "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
+        "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream_url,
+        "TOOLSAFE_EXAMPLE_TIMEOUT": f"{STALL + 2:g}",
+        "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "0.5",
+        "TOOLSAFE_LEASE_SECONDS": f"{args.lease:g}",
+        "TOOLSAFE_HEARTBEAT_INTERVAL": f"{args.lease / 5:g}",
+        # Longer than the lease: heartbeats keep a live call's short lease alive.
+        "TOOLSAFE_TASK_TIME_LIMIT": f"{STALL + 5:g}",
+        "TOOLSAFE_TASK_SOFT_TIME_LIMIT": f"{STALL + 4:g}",
         "TOOLSAFE_SWEEP_INTERVAL": f"{args.sweep_interval:g}",
         "TOOLSAFE_REPUBLISH_AFTER": f"{max(2 * args.sweep_interval, 1.0):g}",
         "TOOLSAFE_MAX_ETA": "10",
@@ -82,83 +97,134 @@ def toolsafe_env(args: argparse.Namespace, plan: Path) -> dict[str, str]:
         "TOOLSAFE_RETRY_MAX_DELAY": "0.5",
         "TOOLSAFE_VERIFY_BASE_DELAY": "0.2",
         "TOOLSAFE_VERIFY_MAX_DELAY": "0.5",
-        "TOOLSAFE_FAULTS_ENABLED": "1",
-        "TOOLSAFE_FAULT_PLAN": str(plan),
     }
 
 
-def _ts(value: datetime | None) -> float:
-    if value is None:
-        raise BenchError("an expected timestamp is missing from the step's events")
-    return value.timestamp()
+def _first(events: list[EventRecord], kind: str) -> EventRecord:
+    for event in events:
+        if event.kind == kind:
+            return event
+    raise BenchError(f"no {kind} event: {[event.kind for event in events]}")
+
+
+@contextmanager
+def running(process: Process) -> Iterator[Process]:
+    """A started worker or beat, ready, and SIGKILLed at the end."""
+    with process:
+        process.wait_ready()
+        yield process
+
+
+def _holder(store: StorePort, ref: str) -> int:
+    wait_until(lambda: store.get(ref).lease_owner is not None, 30, f"{ref} to be claimed")
+    owner = LeaseOwner.parse(store.get(ref).lease_owner)
+    if owner is None:
+        raise BenchError(f"the lease owner of {ref} names no process")
+    return owner.pid
+
+
+@contextmanager
+def _rescuer(
+    scenario: str, env: dict[str, str], args: argparse.Namespace, tmp: Path
+) -> Iterator[None]:
+    if scenario != "node":
+        yield
+        return
+    rescuer = start_worker(
+        "toolsafe", QUEUES, env=env, directory=tmp, name="rescuer", pool=args.pool,
+        concurrency=args.concurrency,
+    )  # fmt: skip
+    with running(rescuer):
+        yield
 
 
 def measure_toolsafe(
-    point: str, args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
+    scenario: str,
+    args: argparse.Namespace,
+    broker: BrokerDb,
+    database: BenchDatabase,
+    downstream: DownstreamService,
+    tmp: Path,
 ) -> Recovery:
     from toolsafe.settings import Settings
     from toolsafe.tasks.app import create_app
     from toolsafe.tasks.client import Client
 
-    ref = f"rec/{point}/{uuid.uuid4().hex[:10]}"
-    plan = tmp / f"plan-{uuid.uuid4().hex[:6]}.json"
-    state_dir = tmp / f"{plan.name}.fired"
-    write_plan(plan, {ref: {point: {"action": "kill", "delay": KILL_DELAY}}})
-    env = worker_env(broker.url, database.url, toolsafe_env(args, plan))
-    env["TOOLSAFE_FAULT_STATE_DIR"] = str(state_dir)
+    ref = f"rec/{scenario}/{uuid.uuid4().hex[:10]}"
+    env = worker_env(broker.url, database.url, toolsafe_env(args, downstream.url))
     client = Client(create_app(Settings.from_env(env)))
     store = client.runtime.store
     try:
-        first = start_worker(
-            "toolsafe", QUEUES, env=env, directory=tmp, name="doomed", pool=args.pool,
-            concurrency=args.concurrency,
+        worker = start_worker(
+            "toolsafe", QUEUES, env=env, directory=tmp, name=f"victim-{scenario}",
+            pool=args.pool, concurrency=args.concurrency,
         )  # fmt: skip
-        with first:
-            first.wait_ready()
-            call_ms = DURING_CALL_MS if point == "during_call" else 1.0
-            client.submit(TOOL, {"n": 0, "call_ms": call_ms}, operation_ref=ref)
-            wait_until(
-                lambda: bool(fired(state_dir)), 60, f"the {point} fault to fire", interval=POLL
+        with running(worker):
+            worker.wait_ready()
+            downstream.state.add_fault(
+                {"fault": "stall_after_store", "operation_ref": ref, "seconds": STALL}
             )
-            killed_at = float(fired(state_dir)[0]["at"])
-            # The fault killed the pool process; the rest of the worker dies with it.
-        second = start_worker(
-            "toolsafe", QUEUES, env=env, directory=tmp, name="rescuer", pool=args.pool,
-            concurrency=args.concurrency,
-        )  # fmt: skip
-        with second:
-            second.wait_ready()
-            ready_at = time.time()
-            wait_until(
-                lambda: store.get(ref).state in TERMINAL,
-                args.lease * 4 + 90,
-                f"step {ref} to reach a terminal state",
-                interval=0.02,
+            client.submit(
+                TOOL,
+                {"customer_id": "cus_b", "amount_cents": 100, "currency": "EUR"},
+                operation_ref=ref,
             )
+            pid = _holder(store, ref)
+            wait_until(lambda: downstream.effects().get(ref, 0) >= 1, 30, "the stored write")
+            time.sleep(KILL_DELAY)
+            killed_at = time.time()
+            if scenario == "node":
+                worker.kill()
+            else:
+                os.kill(pid, signal.SIGSTOP if scenario == "paused" else signal.SIGKILL)
+            with _rescuer(scenario, env, args, tmp):
+                wait_until(
+                    lambda: store.get(ref).state in TERMINAL,
+                    args.lease * 4 + 60,
+                    f"step {ref} to reach a terminal state",
+                    interval=0.01,
+                )
+                if scenario == "paused":
+                    os.kill(pid, signal.SIGCONT)
+                    wait_until(
+                        lambda: f"lease_lost {ref}" in worker.text(),
+                        STALL + 10,
+                        "the resumed process to have its result refused",
+                    )
         events = store.events(ref)
         step = store.get(ref)
     finally:
         client.close()
     claims = [e for e in events if e.kind == "claimed" and e.detail.get("claim") == "execute"]
-    expiry = next(e for e in events if e.kind == "lease_expired")
-    lease_end = datetime.fromisoformat(str(expiry.detail["lease_expires_at"]))
-    done = _ts(events[-1].at)
+    verifying = _first(events, "lease_expired").at.timestamp()
+    final = next(e for e in reversed(events) if e.to_state in TERMINAL).at.timestamp()
     return Recovery(
-        point=point,
-        latency=done - killed_at,
-        lease_left=_ts(lease_end) - killed_at,
-        detected=_ts(expiry.at) - _ts(lease_end),
-        resolved=done - _ts(expiry.at),
-        worker_ready=ready_at - killed_at,
+        scenario=scenario,
+        to_verifying=verifying - killed_at,
+        to_final=final - killed_at,
         final_state=str(step.state),
         executions=len(claims),
+        effects=downstream.effects().get(ref, 0),
     )
 
 
+def _busy_child(worker: Process) -> int:
+    """The pool process that sleeps inside the baseline task (the others wait on a pipe)."""
+    main = worker.pid
+    listed = Path(f"/proc/{main}/task/{main}/children").read_text().split()
+    for child in listed:
+        try:
+            if "nanosleep" in Path(f"/proc/{child}/wchan").read_text():
+                return int(child)
+        except OSError:
+            continue
+    raise BenchError("cannot tell which baseline pool process runs the task")
+
+
 def measure_baseline(
-    args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
+    scenario: str, args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
 ) -> Redelivery:
-    ref = f"rec/plain/{uuid.uuid4().hex[:10]}"
+    ref = f"rec/plain-{scenario}/{uuid.uuid4().hex[:10]}"
     env = worker_env(
         broker.url,
         database.url,
@@ -171,43 +237,40 @@ def measure_baseline(
 
     app = baseline.create_app(Settings.from_env(env))
 
-    def rows(state: str | None = None) -> list[tuple[object, ...]]:
-        query = (
-            "SELECT state, extract(epoch FROM updated_at) FROM bench_calls WHERE operation_ref = %s"
-        )
+    def rows() -> list[float]:
+        query = "SELECT extract(epoch FROM created_at) FROM bench_calls WHERE operation_ref = %s"
         with database.connect() as conn:
-            found = conn.execute(query, (ref,)).fetchall()
-        return [row for row in found if state is None or row[0] == state]
+            return sorted(float(str(row[0])) for row in conn.execute(query, (ref,)).fetchall())
 
     try:
         first = start_worker(
-            "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp, name="doomed-plain",
-            pool=args.pool, concurrency=args.concurrency,
+            "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp,
+            name=f"plain-{scenario}", pool=args.pool, concurrency=args.concurrency,
         )  # fmt: skip
         with first:
             first.wait_ready()
-            app.send_task(baseline.ROWS_TASK, args=(ref, DURING_CALL_MS))
+            app.send_task(baseline.ROWS_TASK, args=(ref, BASELINE_CALL_MS))
             # Killed inside the call, after the INSERT committed: the write has happened.
             wait_until(lambda: bool(rows()), 60, "the plain task to start", interval=POLL)
             time.sleep(KILL_DELAY)
             killed_at = time.time()
-        second = start_worker(
-            "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp, name="rescuer-plain",
-            pool=args.pool, concurrency=args.concurrency,
-        )  # fmt: skip
-        with second:
-            second.wait_ready()
-            ready_at = time.time()
-            wait_until(
-                lambda: bool(rows("done")),
-                args.lease * 4 + 90,
-                "the redelivered plain task",
-                interval=POLL,
-            )
+            if scenario == "node":
+                first.kill()
+            else:
+                os.kill(_busy_child(first), signal.SIGKILL)
+            if scenario == "node":
+                second = start_worker(
+                    "benchmarks.baseline", [baseline.QUEUE], env=env, directory=tmp,
+                    name="plain-rescuer", pool=args.pool, concurrency=args.concurrency,
+                )  # fmt: skip
+                with running(second):
+                    wait_until(lambda: len(rows()) >= 2, args.lease * 4 + 60, "the redelivery")
+            else:
+                wait_until(lambda: len(rows()) >= 2, args.lease * 4 + 60, "the redelivery")
     finally:
         app.close()
-    done = float(str(rows("done")[0][1]))
-    return Redelivery(latency=done - killed_at, worker_ready=ready_at - killed_at, rows=len(rows()))
+    found = rows()
+    return Redelivery(scenario=scenario, latency=found[1] - killed_at, rows=len(found))
 
 
 def _spread(values: list[float]) -> str:
@@ -215,40 +278,41 @@ def _spread(values: list[float]) -> str:
 
 
 def report(
-    results: dict[str, list[Recovery]], plain: list[Redelivery], args: argparse.Namespace
+    results: dict[str, list[Recovery]], plain: dict[str, list[Redelivery]], args: argparse.Namespace
 ) -> None:
     bound = args.lease + args.sweep_interval
-    print(f"\nlease {args.lease:g}s + sweep interval {args.sweep_interval:g}s = bound {bound:g}s")
-    print(f"{'kill at':14} {'runs':>4}  {'latency s (min med max)':>24} {'med/bound':>9}")
-    for point, runs in results.items():
-        latencies = [run.latency for run in runs]
+    print(
+        f"\nlease {args.lease:g}s (heartbeat {args.lease / 5:g}s), sweep interval "
+        f"{args.sweep_interval:g}s; whole-node bound lease + sweep = {bound:g}s"
+    )
+    print(
+        f"{'toolsafe':10} {'runs':>4}  {'kill → verifying (min med max)':>31}  "
+        f"{'kill → final (min med max)':>27}  effects per call"
+    )
+    for scenario, runs in results.items():
         print(
-            f"{point:14} {len(runs):4}  {_spread(latencies):>24} "
-            f"{statistics.median(latencies) / bound:9.2f}"
-        )
-    print("\nwhere the time goes (medians, s): kill → lease end | lease end → swept to")
-    print("verifying | verifying → terminal; new worker ready after the kill")
-    for point, runs in results.items():
-        print(
-            f"  {point:12} {statistics.median(r.lease_left for r in runs):6.2f} | "
-            f"{statistics.median(r.detected for r in runs):6.2f} | "
-            f"{statistics.median(r.resolved for r in runs):6.2f};  ready "
-            f"{statistics.median(r.worker_ready for r in runs):5.2f}; final "
-            f"{', '.join(sorted({r.final_state for r in runs}))}; execution claims "
-            f"{', '.join(str(r.executions) for r in runs)}"
+            f"{scenario:10} {len(runs):4}  {_spread([r.to_verifying for r in runs]):>31}  "
+            f"{_spread([r.to_final for r in runs]):>27}  "
+            f"{', '.join(str(r.effects) for r in runs)} (final "
+            f"{', '.join(sorted({r.final_state for r in runs}))})"
         )
     if not plain:
         return
-    plain_latency = statistics.median(r.latency for r in plain)
-    print(
-        f"\nplain Celery (visibility_timeout {args.lease:g}s, restore every "
-        f"{args.sweep_interval:g}s): latency {_spread([r.latency for r in plain])}; "
-        f"new worker ready {statistics.median(r.worker_ready for r in plain):.2f}s; "
-        f"rows written per call {', '.join(str(r.rows) for r in plain)} (2 = duplicate write)"
-    )
-    for point, runs in results.items():
-        ours = statistics.median(run.latency for run in runs)
-        print(f"  ratio toolsafe {point} / plain Celery: {ours / plain_latency:5.2f}x")
+    title = "kill → written again (min med max)"
+    print(f"\n{'plain Celery':12} {'runs':>4}  {title:>35}  rows per call")
+    for scenario, redone in plain.items():
+        print(
+            f"{scenario:12} {len(redone):4}  {_spread([r.latency for r in redone]):>35}  "
+            f"{', '.join(str(r.rows) for r in redone)} (2 = duplicate write)"
+        )
+    for scenario, runs in results.items():
+        if scenario in plain:
+            ours = statistics.median(r.to_final for r in runs)
+            theirs = statistics.median(r.latency for r in plain[scenario])
+            print(
+                f"  {scenario}: toolsafe final {ours:.2f}s without a duplicate, plain Celery "
+                f"re-sent the write after {theirs:.2f}s ({ours / theirs:.1f}x)"
+            )
     print(f"\nload average at the end: {load_average()}")
 
 
@@ -256,9 +320,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.recovery_latency", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--runs", type=int, default=3, help="kills per fault point")
+    parser.add_argument("--runs", type=int, default=3, help="kills per scenario")
     parser.add_argument(
-        "--points", default=",".join(POINTS), help=f"comma-separated, of {', '.join(POINTS)}"
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, of {', '.join(SCENARIOS)}",
     )
     parser.add_argument("--lease", type=float, default=5.0, help="lease seconds (and the "
                         "baseline's visibility_timeout)")  # fmt: skip
@@ -272,46 +338,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    points = [point.strip() for point in args.points.split(",") if point.strip()]
-    if not points or set(points) - set(POINTS):
-        raise BenchError(f"--points must be among {', '.join(POINTS)}")
+    scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    if not scenarios or set(scenarios) - set(SCENARIOS):
+        raise BenchError(f"--scenarios must be among {', '.join(SCENARIOS)}")
     if args.runs < 1 or args.lease < 2 or args.sweep_interval <= 0:
         raise BenchError("--runs at least 1, --lease at least 2 s, --sweep-interval above 0")
+    if args.pool != "prefork" or args.concurrency < 2:
+        raise BenchError("the pool-process scenarios need --pool prefork --concurrency >= 2")
     header(
         f"recovery latency: lease {args.lease:g}s, sweep every {args.sweep_interval:g}s, "
-        f"pool {args.pool} x{args.concurrency}, {args.runs} kill(s) per point"
+        f"pool {args.pool} x{args.concurrency}, {args.runs} run(s) per scenario"
     )
-    results: dict[str, list[Recovery]] = {point: [] for point in points}
-    plain: list[Redelivery] = []
+    results: dict[str, list[Recovery]] = {name: [] for name in scenarios}
+    plain: dict[str, list[Redelivery]] = {}
     with (
         BrokerDb(args.broker, held_by_caller=args.broker_held_by_caller) as broker,
         BenchDatabase(args.database, drop_existing=args.drop_existing) as database,
         tempfile.TemporaryDirectory(prefix="toolsafe-bench-") as tmp_name,
+        DownstreamService(naive=True) as downstream,
     ):
         tmp = Path(tmp_name)
         database.execute(baseline.CALLS_TABLE_DDL)
         for number in range(args.runs):
             broker.clear()
             # The sweeper runs as its own service (docker-compose's beat), untouched by
-            # the kill; it reads the fault-free settings of the same deployment.
-            beat_env = worker_env(broker.url, database.url, toolsafe_env(args, tmp / "none"))
-            with start_beat("toolsafe", env=beat_env, directory=tmp) as beat:
-                beat.wait_ready()
-                for point in points:
-                    run = measure_toolsafe(point, args, broker, database, tmp)
-                    results[point].append(run)
+            # the kills.
+            beat_env = worker_env(broker.url, database.url, toolsafe_env(args, downstream.url))
+            with running(start_beat("toolsafe", env=beat_env, directory=tmp)):
+                for scenario in scenarios:
+                    run = measure_toolsafe(scenario, args, broker, database, downstream, tmp)
+                    results[scenario].append(run)
                     print(
-                        f"run {number + 1} toolsafe {point:12} {run.latency:6.2f}s to "
-                        f"{run.final_state}  load {load_average()}",
+                        f"run {number + 1} toolsafe {scenario:7} verifying "
+                        f"{run.to_verifying:6.2f}s, {run.final_state} {run.to_final:6.2f}s, "
+                        f"{run.effects} effect(s)  load {load_average()}",
                         flush=True,
                     )
-            if not args.no_baseline:
+            if args.no_baseline:
+                continue
+            for scenario in ("child", "node"):
+                if scenario not in scenarios:
+                    continue
                 broker.clear()
-                redelivery = measure_baseline(args, broker, database, tmp)
-                plain.append(redelivery)
+                redelivery = measure_baseline(scenario, args, broker, database, tmp)
+                plain.setdefault(scenario, []).append(redelivery)
                 print(
-                    f"run {number + 1} plain Celery          {redelivery.latency:6.2f}s, "
-                    f"{redelivery.rows} row(s)  load {load_average()}",
+                    f"run {number + 1} plain Celery {scenario:5} written again after "
+                    f"{redelivery.latency:6.2f}s, {redelivery.rows} row(s)  load {load_average()}",
                     flush=True,
                 )
     report(results, plain, args)

@@ -262,20 +262,25 @@ def _looked_up(
     if isinstance(result, LookupFound):
         return _to(step, S.SUCCEEDED, "succeed", "committed", evidence_ref=result.evidence_ref)
     if isinstance(result, LookupNotFound):
+        # The original call may run until ``longest_call`` after its claim, and its
+        # write show up a consistency window later: only then is "not found" final.
         window_end = (
-            step.last_sent_at + step.traits.consistency_window
+            step.last_sent_at + step.traits.longest_call + step.traits.consistency_window
             if step.last_sent_at is not None
             else None
         )
         if window_end is not None and now < window_end:
             # The downstream may not show the write yet: look again, never execute.
             tries = step.verification_attempts + 1
+            due_at = now + verification_delay(policy, tries, rng)
+            if step.traits.longest_call:
+                due_at = min(due_at, window_end)  # the final look when it is final
             return _to(
                 step,
                 S.VERIFYING,
                 "verify",
                 step.commit_state,
-                due_at=now + verification_delay(policy, tries, rng),
+                due_at=due_at,
                 verification_attempts=tries,
                 lookups_unavailable=0,
             )

@@ -121,6 +121,10 @@ class ToolTraits:
     writes: bool
     has_lookup: bool
     consistency_window: timedelta = timedelta(0)
+    # How long a call may still be running after its claim (the task's hard time limit):
+    # a write not found before then may yet be sent by a paused process, so it is not
+    # sent again before then (docs/operations.md, "What stops a paused process").
+    longest_call: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True)

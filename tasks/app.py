@@ -20,6 +20,7 @@ from celery.signals import (
     after_setup_task_logger,
     worker_init,
     worker_process_init,
+    worker_ready,
 )
 from kombu.exceptions import ChannelError
 
@@ -40,6 +41,7 @@ from toolsafe.tasks import pipeline
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
+from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nudge
 
 log = logging.getLogger("toolsafe.app")
 
@@ -139,6 +141,8 @@ def _register_tasks(app: ToolsafeApp) -> None:
             "ignore_result": True,
             "soft_time_limit": soft,
             "time_limit": hard,
+            # In the main process: a dead pool child's leases go to verification at once.
+            "Request": LeaseAwareRequest,
         }
 
     @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]
@@ -184,6 +188,13 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
             raise SystemExit(2) from error
 
     worker_init.connect(check_before_start, weak=False, dispatch_uid=f"toolsafe-check-{id(app)}")
+
+    def watch_children(sender: Any = None, **_: Any) -> None:
+        # The main process, once its pool runs: a dead child's leases → R4 at once.
+        if getattr(sender, "app", None) is app:
+            ChildWatcher(app, replace_child=pool_nudge(sender)).start()
+
+    worker_ready.connect(watch_children, weak=False, dispatch_uid=f"toolsafe-watch-{id(app)}")
     return app
 
 

@@ -53,7 +53,8 @@ EXECUTION_POINTS: Final[tuple[FaultPoint, ...]] = ("before_call",)
 SUBMIT_POINTS: Final[tuple[FaultPoint, ...]] = ("after_submit_commit",)
 """In the submitting process (the gateway): the step is committed, nothing answered yet."""
 ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS, *SUBMIT_POINTS)
-ACTIONS: Final = ("kill", "raise", "pause")
+# "stop" sends the process SIGSTOP: it stays paused until someone sends it SIGCONT.
+ACTIONS: Final = ("kill", "raise", "pause", "stop")
 WILDCARD: Final = "*"
 
 
@@ -86,7 +87,7 @@ class FaultPlanError(ToolsafeError, ValueError):
 class Fault:
     """One planned fault: what to do, how often, and (for ``during_call``) when."""
 
-    action: Literal["kill", "raise", "pause"]
+    action: Literal["kill", "raise", "pause", "stop"]
     seconds: float = 0.0  # pause length
     delay: float = 0.1  # during_call: how long after the call started it fires
     times: int = 1
@@ -244,6 +245,8 @@ class Faults:
         _announce(point, operation_ref, fault)
         if fault.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif fault.action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         elif fault.action == "raise":
             raise FaultInjected(point, operation_ref)
         else:
@@ -275,6 +278,9 @@ class Faults:
                 _announce(point, operation_ref, fault)
                 if fault.action == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if fault.action == "stop":
+                    os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, mid-call
+                    return
                 # Raise inside the calling thread as soon as it runs Python code again,
                 # the way a crash inside the adapter would surface.
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(

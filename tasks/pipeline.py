@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
@@ -22,6 +23,7 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
+from toolsafe.tasks.lease import heartbeat_for, recover_if_owner_gone
 from toolsafe.tasks.runtime import Runtime, utcnow
 
 log = logging.getLogger("toolsafe.pipeline")
@@ -107,47 +109,74 @@ def carry_out(
     return decision.action
 
 
+def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
+    """A refused hint for a leased step: if its owner is provably gone (this host saw
+    it die), the step goes to verification now, as an expired lease would (R4)."""
+    recorded = recover_if_owner_gone(runtime, operation_ref)
+    if recorded is None:
+        return False
+    _event("owner_gone", operation_ref, state=str(recorded.step.state))
+    carry_out(runtime, hints, recorded, utcnow())
+    return True
+
+
 def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     """Run one execution of a step if it is due and unclaimed; returns what happened."""
     store = runtime.store
     lease = timedelta(seconds=runtime.settings.lease)
+    claimed_at = time.monotonic()
     claim = store.claim_execution(operation_ref, runtime.owner, lease, utcnow())
     if claim is None:
+        if _owner_gone(runtime, hints, operation_ref):
+            return "owner_gone"
         _event("execute_noop", operation_ref)
         return "noop"
-    runtime.faults.hit("after_claim", operation_ref)
-    step = claim.step
-    _event(
-        "execute_claimed",
-        operation_ref,
-        tool=step.tool,
-        attempt=step.attempts,
-    )
-    envelope: AnySuccess | ToolError
-    redactions: Redactions = ()
-    opened: dict[str, Any] | None = None
+    hold = heartbeat_for(runtime).hold(claim, claimed_at)
     try:
-        opened = runtime.open_input(step.input)
-    except SecretKeyError as error:
-        # Nothing was sent: no key opens the secret field. An operator must look.
-        log.error(
-            "%s", error, extra={"event": "secret_key_missing", "operation_ref": operation_ref}
+        runtime.faults.hit("after_claim", operation_ref)
+        step = claim.step
+        _event(
+            "execute_claimed",
+            operation_ref,
+            tool=step.tool,
+            attempt=step.attempts,
         )
-    if opened is None:
-        envelope = secret_key_missing(operation_ref, step.tool)
-    elif step.tool in runtime.registry:
-        context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
-        runtime.faults.hit("before_call", operation_ref)
-        with runtime.faults.during("during_call", operation_ref):
-            envelope, redactions = call_adapter_recorded(
-                runtime.adapter(step.tool), opened, operation_ref, context
+        envelope: AnySuccess | ToolError
+        redactions: Redactions = ()
+        opened: dict[str, Any] | None = None
+        try:
+            opened = runtime.open_input(step.input)
+        except SecretKeyError as error:
+            # Nothing was sent: no key opens the secret field. An operator must look.
+            log.error(
+                "%s", error, extra={"event": "secret_key_missing", "operation_ref": operation_ref}
             )
-    else:
-        envelope = unknown_tool(operation_ref, step.tool)
+        if opened is None:
+            envelope = secret_key_missing(operation_ref, step.tool)
+        elif step.tool in runtime.registry:
+            context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
+            runtime.faults.hit("before_call", operation_ref)
+            if not hold.holds():
+                # Paused or cut off past the lease (or the time limit): the step may be
+                # someone else's by now, so this process sends nothing (docs/operations.md).
+                _event("lease_lost", operation_ref, before="call")
+                return "lease_lost"
+            with runtime.faults.during("during_call", operation_ref):
+                envelope, redactions = call_adapter_recorded(
+                    runtime.adapter(step.tool), opened, operation_ref, context
+                )
+        else:
+            envelope = unknown_tool(operation_ref, step.tool)
+    finally:
+        held = heartbeat_for(runtime).release(hold)
+    if held is None:
+        # The heartbeat found the lease taken over: the call records nothing (R4).
+        _event("lease_lost", operation_ref, before="record")
+        return "lease_lost"
     return _record(
         runtime,
         hints,
-        claim,
+        held,
         Executed(envelope, redactions),
         "execute_recorded",
         code=getattr(envelope, "code", None),
@@ -158,23 +187,33 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     """Look an unknown outcome up downstream if the step is due for verification."""
     store = runtime.store
     lease = timedelta(seconds=runtime.settings.lease)
+    claimed_at = time.monotonic()
     claim = store.claim_verification(operation_ref, runtime.owner, lease, utcnow())
     if claim is None:
+        if _owner_gone(runtime, hints, operation_ref):
+            return "owner_gone"
         _event("verify_noop", operation_ref)
         return "noop"
-    runtime.faults.hit("after_claim", operation_ref)
-    step = claim.step
-    found: LookupResult
-    redactions: Redactions = ()
-    if step.tool in runtime.registry:
-        with runtime.faults.during("during_call", operation_ref):
-            found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
-    else:
-        found = LookupUnavailable(checked_at=utcnow(), code=codes.LOOKUP_UNKNOWN_TOOL)
+    hold = heartbeat_for(runtime).hold(claim, claimed_at)
+    try:
+        runtime.faults.hit("after_claim", operation_ref)
+        step = claim.step
+        found: LookupResult
+        redactions: Redactions = ()
+        if step.tool in runtime.registry:
+            with runtime.faults.during("during_call", operation_ref):
+                found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
+        else:
+            found = LookupUnavailable(checked_at=utcnow(), code=codes.LOOKUP_UNKNOWN_TOOL)
+    finally:
+        held = heartbeat_for(runtime).release(hold)
+    if held is None:
+        _event("lease_lost", operation_ref, before="record")
+        return "lease_lost"
     return _record(
         runtime,
         hints,
-        claim,
+        held,
         LookedUp(found, redactions),
         "verify_recorded",
         result=type(found).__name__,

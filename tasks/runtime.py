@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import threading
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolsafe.adapters.protocol import Adapter
 from toolsafe.adapters.registry import Registry
+from toolsafe.recovery.owners import this_process
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.secrets import SecretBox, open_without_keys
 from toolsafe.recovery.store import StepStore, StorePort
@@ -128,8 +128,9 @@ class Runtime:
 
     @property
     def owner(self) -> str:
-        """The lease owner name of this process."""
-        return f"{socket.gethostname()}:{os.getpid()}"
+        """The lease owner name of this process: host, pid, start time, pid namespace
+        (``toolsafe.recovery.owners``), so a reused pid is never taken for it."""
+        return str(this_process())
 
     def adapter(self, tool: str) -> Adapter[Any]:
         return self.registry.get(tool)
@@ -144,6 +145,7 @@ class Runtime:
             writes=adapter.writes,
             has_lookup=adapter.has_lookup,
             consistency_window=adapter.consistency_window,
+            longest_call=timedelta(seconds=self.settings.task_time_limit),
         )
 
     def open_input(self, stored: dict[str, Any]) -> dict[str, Any]:

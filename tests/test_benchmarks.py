@@ -67,12 +67,13 @@ def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str
 def test_recovery_latency_recovers_the_killed_step(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
         "recovery_latency", pg_url, redis_url,
-        "--runs", "1", "--points", "after_claim", "--lease", "3", "--sweep-interval", "0.5",
+        "--runs", "1", "--scenarios", "child", "--lease", "3", "--sweep-interval", "0.5",
     )  # fmt: skip
-    assert "toolsafe after_claim" in out and "to succeeded" in out
+    assert "run 1 toolsafe child" in out and "succeeded" in out
+    assert "1 effect(s)" in out  # the naive downstream stored one write, never two
     # The naive baseline task ran twice: its INSERT is the duplicate write toolsafe avoids.
-    assert "rows written per call 2" in out
-    assert "ratio toolsafe after_claim / plain Celery" in out
+    assert "child           1" in out and "2 (2 = duplicate write)" in out
+    assert "child: toolsafe final" in out
 
 
 @pytest.mark.slow

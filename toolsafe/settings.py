@@ -58,6 +58,8 @@ __all__ = [
 DEFAULT_DATABASE_URL: Final = "sqlite:///toolsafe.db"
 DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
 DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1"
+# A lease lasts at least this many heartbeats: one late or failed renewal never loses it.
+HEARTBEATS_PER_LEASE: Final = 3
 
 # Keys accepted in TOOLSAFE_TOOL_POLICIES; each is also TOOLSAFE_<KEY>, the default.
 POLICY_KEYS: Final = KNOBS
@@ -122,9 +124,11 @@ class Settings:
     result_backend: str | None = None
     database_url: str = DEFAULT_DATABASE_URL
     adapter_modules: tuple[str, ...] = (DEFAULT_ADAPTERS,)
-    # How long a claim holds a step; must outlive the task's hard time limit, or a live
-    # call could be declared lost and verified while it is still writing.
-    lease: float = 90.0
+    # How long a claim holds a step without a heartbeat: a running call renews it every
+    # heartbeat_interval, so a dead worker's step is recovered about a lease after it
+    # died (at once when its host sees it die, docs/operations.md).
+    lease: float = 15.0
+    heartbeat_interval: float = 3.0
     task_time_limit: float = 60.0
     task_soft_time_limit: float = 50.0
     sweep_interval: float = 5.0
@@ -177,6 +181,7 @@ class Settings:
         """Refuse combinations that break the durability rules (DESIGN §4, §8)."""
         positive = {
             "TOOLSAFE_LEASE_SECONDS": self.lease,
+            "TOOLSAFE_HEARTBEAT_INTERVAL": self.heartbeat_interval,
             "TOOLSAFE_TASK_TIME_LIMIT": self.task_time_limit,
             "TOOLSAFE_TASK_SOFT_TIME_LIMIT": self.task_soft_time_limit,
             "TOOLSAFE_SWEEP_INTERVAL": self.sweep_interval,
@@ -204,12 +209,12 @@ class Settings:
                 "TOOLSAFE_TASK_SOFT_TIME_LIMIT",
                 f"must be below TOOLSAFE_TASK_TIME_LIMIT ({self.task_time_limit}s)",
             )
-        if self.lease <= self.task_time_limit:
+        if self.heartbeat_interval * HEARTBEATS_PER_LEASE > self.lease:
             raise SettingsError(
-                "TOOLSAFE_LEASE_SECONDS",
-                f"must exceed TOOLSAFE_TASK_TIME_LIMIT ({self.task_time_limit}s): a lease "
-                "that ends while the call may still run would send a live write to "
-                "verification",
+                "TOOLSAFE_HEARTBEAT_INTERVAL",
+                f"must be at most TOOLSAFE_LEASE_SECONDS / {HEARTBEATS_PER_LEASE} "
+                f"({self.lease / HEARTBEATS_PER_LEASE:g}s), got {self.heartbeat_interval:g}s: "
+                "a live call must get several renewals in before its lease runs out",
             )
         check_visibility(self)
         if not self.adapter_modules:
@@ -276,12 +281,15 @@ def _read(reader: Reader) -> Settings:
     state_dir = reader.path("TOOLSAFE_FAULT_STATE_DIR")
     if fault_plan and not state_dir:
         state_dir = fault_plan + ".fired"
+    # Unset, the heartbeat beats five times a lease, whatever lease was chosen.
+    lease = reader.number("TOOLSAFE_LEASE_SECONDS", 15.0)
     return Settings(
         broker_url=reader.broker_url("TOOLSAFE_BROKER_URL", DEFAULT_BROKER_URL),
         result_backend=reader.service_url("TOOLSAFE_RESULT_BACKEND", "redis://127.0.0.1:6379/1"),
         database_url=reader.database_url("TOOLSAFE_DATABASE_URL", DEFAULT_DATABASE_URL),
         adapter_modules=reader.modules("TOOLSAFE_ADAPTERS", DEFAULT_ADAPTERS),
-        lease=reader.number("TOOLSAFE_LEASE_SECONDS", 90.0),
+        lease=lease,
+        heartbeat_interval=reader.number("TOOLSAFE_HEARTBEAT_INTERVAL", lease / 5),
         task_time_limit=reader.number("TOOLSAFE_TASK_TIME_LIMIT", 60.0),
         task_soft_time_limit=reader.number("TOOLSAFE_TASK_SOFT_TIME_LIMIT", 50.0),
         sweep_interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", 5.0),

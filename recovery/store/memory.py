@@ -338,6 +338,70 @@ class MemoryStore:
 
     # -------------------------------------------------------------- the sweeper
 
+    def renew_lease(
+        self, held: StepRecord, owner: str, lease: timedelta, now: datetime
+    ) -> StepRecord | None:
+        """A running call's heartbeat (as in SQL: a compare-and-set on state, version and
+        owner that moves the version on and writes no event)."""
+        with self._tables.transaction():
+            return self._tables.cas(held, {"lease_expires_at": now + lease}, now, lease_owner=owner)
+
+    def expire_lease_of_dead_owner(
+        self,
+        operation_ref: str,
+        owner: str,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+    ) -> Recorded | None:
+        """The expired lease's transition (R4) for an owner the caller proved dead."""
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is None or current.lease_owner != owner or current.state not in LEASED:
+                return None
+            return self._expire_one(
+                current, now, traits_for(current.tool), policy_for(current.tool), self._rng,
+                owner_gone=True,
+            )  # fmt: skip
+
+    def leases_held_by(self, prefix: str) -> list[StepRecord]:
+        """Leased steps whose owner name starts with ``prefix`` (``host:pid:``)."""
+        with self._tables.transaction():
+            return sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in LEASED
+                    and step.lease_owner is not None
+                    and step.lease_owner.startswith(prefix)
+                ),
+                key=lambda step: step.id,
+            )
+
+    def _expire_one(
+        self,
+        current: StepRecord,
+        now: datetime,
+        traits: ToolTraits,
+        policy: Policy,
+        rng: Jitter,
+        *,
+        owner_gone: bool = False,
+    ) -> Recorded | None:
+        """The one guarded transition of a lost lease (R4), as ``sweep.expire_one``."""
+        decision = decide(snapshot(current, traits), LeaseExpired(), now, policy, rng)
+        detail: dict[str, Any] = {
+            "owner": current.lease_owner,
+            "lease_expires_at": iso(current.lease_expires_at),
+        }
+        if owner_gone:
+            detail["owner_gone"] = True
+        change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
+        moved = self._tables.cas(
+            current, decision_values(decision), now, lease_owner=current.lease_owner, change=change
+        )
+        return None if moved is None else Recorded(moved, decision)
+
     def expire_leases(
         self,
         now: datetime,
@@ -360,25 +424,11 @@ class MemoryStore:
                 key=lambda step: (step.lease_expires_at, step.id),
             )
             for current in expired[: max(limit, 0)]:
-                decision = decide(
-                    snapshot(current, traits_for(current.tool)),
-                    LeaseExpired(),
-                    now,
-                    policy_for(current.tool),
-                    jitter,
+                recorded = self._expire_one(
+                    current, now, traits_for(current.tool), policy_for(current.tool), jitter
                 )
-                change = Change(
-                    "lease_expired",
-                    decision.label,
-                    {
-                        "owner": current.lease_owner,
-                        "lease_expires_at": iso(current.lease_expires_at),
-                        **decision_detail(decision),
-                    },
-                )
-                moved = self._tables.cas(current, decision_values(decision), now, change=change)
-                if moved is not None:
-                    decided.append(Recorded(moved, decision))
+                if recorded is not None:
+                    decided.append(recorded)
         return decided
 
     def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:

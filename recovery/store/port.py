@@ -146,6 +146,29 @@ class StorePort(Protocol):
         verification due again."""
         ...
 
+    def renew_lease(
+        self, held: StepRecord, owner: str, lease: timedelta, now: datetime
+    ) -> StepRecord | None:
+        """A running call's heartbeat: the lease runs to ``now + lease`` if ``owner`` still
+        holds the step as ``held``; None when it was taken over (record nothing then)."""
+        ...
+
+    def expire_lease_of_dead_owner(
+        self,
+        operation_ref: str,
+        owner: str,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+    ) -> Recorded | None:
+        """The expired lease's transition (R4) now, for an owner the caller proved dead;
+        None when ``owner`` no longer holds the step."""
+        ...
+
+    def leases_held_by(self, prefix: str) -> list[StepRecord]:
+        """Leased steps whose owner name starts with ``prefix`` (``host:pid:``)."""
+        ...
+
     def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:
         """Due, unleased work not published within ``republish_after``, marked published
         at ``now``; each step to one caller however many sweep at once (R7)."""

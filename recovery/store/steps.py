@@ -53,6 +53,7 @@ from toolsafe.recovery.records import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import leases as leases
 from toolsafe.recovery.store import ops as ops
 from toolsafe.recovery.store import outbox as outbox
 from toolsafe.recovery.store import sql as sql
@@ -372,6 +373,45 @@ class StepStore:
             )
         )
         return None if decided is None else Recorded(step_record(decided[0]), decided[1])
+
+    # -------------------------------------------------------------- leases
+
+    def renew_lease(
+        self, held: StepRecord, owner: str, lease: timedelta, now: datetime
+    ) -> StepRecord | None:
+        """A running call's heartbeat: the lease runs to ``now + lease`` if ``owner``
+        still holds the step as ``held`` (state, version, owner); the row with its new
+        version, or None when the lease was taken over (the call must record nothing)."""
+        row = self._write(lambda conn: leases.renew(conn, held, owner, lease, now))
+        return None if row is None else step_record(row)
+
+    def expire_lease_of_dead_owner(
+        self,
+        operation_ref: str,
+        owner: str,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+    ) -> Recorded | None:
+        """The caller proved ``owner`` dead: its step goes through the expired lease's
+        transition (R4) now, not when the lease runs out. None when ``owner`` no longer
+        holds the step (recorded, renewed by nobody else, taken over)."""
+        decided = self._write(
+            lambda conn: leases.expire_dead_owner(
+                conn,
+                operation_ref,
+                owner,
+                now=now,
+                traits_for=traits_for,
+                policy_for=policy_for,
+                rng=self._rng,
+            )
+        )
+        return None if decided is None else Recorded(step_record(decided[0]), decided[1])
+
+    def leases_held_by(self, prefix: str) -> list[StepRecord]:
+        """Leased steps whose owner name starts with ``prefix`` (``host:pid:``)."""
+        return [step_record(row) for row in self._read(lambda conn: leases.held_by(conn, prefix))]
 
     # -------------------------------------------------------------- the sweeper
 

@@ -40,27 +40,50 @@ def expire_leases(
         query = query.with_for_update(skip_locked=True)
     decided: list[Decided] = []
     for current in conn.execute(query).all():
-        decision = decide(
-            snapshot(current, traits_for(current.tool)),
-            LeaseExpired(),
-            now,
-            policy_for(current.tool),
-            rng,
+        moved = expire_one(
+            conn,
+            current,
+            now=now,
+            traits=traits_for(current.tool),
+            policy=policy_for(current.tool),
+            rng=rng,
         )
-        change = Change(
-            "lease_expired",
-            decision.label,
-            {
-                "owner": current.lease_owner,
-                "lease_expires_at": iso(current.lease_expires_at),
-                **decision_detail(decision),
-            },
-        )
-        row = cas_update(conn, current, decision_values(decision), now, change=change)
-        if row is None:
-            continue  # someone else moved it first: theirs
-        decided.append((row, decision))
+        if moved is not None:  # None: someone else moved it first, theirs
+            decided.append(moved)
     return decided
+
+
+def expire_one(
+    conn: Connection,
+    current: Row[Any],
+    *,
+    now: datetime,
+    traits: ToolTraits,
+    policy: Policy,
+    rng: random.Random,
+    owner_gone: bool = False,
+) -> Decided | None:
+    """The one guarded transition of a lost lease (R4), through ``decide``: a
+    compare-and-set on state, version and the lease owner, so a lease renewed, recorded
+    or taken over meanwhile is left alone. ``owner_gone`` marks an owner proven dead
+    before its lease ran out (the event says so)."""
+    decision = decide(snapshot(current, traits), LeaseExpired(), now, policy, rng)
+    detail: dict[str, Any] = {
+        "owner": current.lease_owner,
+        "lease_expires_at": iso(current.lease_expires_at),
+    }
+    if owner_gone:
+        detail["owner_gone"] = True
+    change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
+    row = cas_update(
+        conn,
+        current,
+        decision_values(decision),
+        now,
+        lease_owner=current.lease_owner,
+        change=change,
+    )
+    return None if row is None else (row, decision)
 
 
 def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -> list[Row[Any]]:

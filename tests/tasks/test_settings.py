@@ -41,7 +41,9 @@ def test_defaults_without_environment() -> None:
     assert settings.database_url.startswith("sqlite:///")
     assert settings.adapter_modules == ("toolsafe.adapters.examples",)
     assert settings.faults_enabled is False
-    assert settings.lease > settings.task_time_limit
+    # Short leases kept alive by a heartbeat: a dead worker is recovered in seconds.
+    assert settings.lease <= 15
+    assert settings.heartbeat_interval * 3 <= settings.lease
 
 
 def test_values_are_read_and_typed() -> None:
@@ -65,6 +67,7 @@ def test_values_are_read_and_typed() -> None:
     assert settings.broker_url.endswith("/7")
     assert settings.adapter_modules == ("a.b", "c.d")
     assert settings.lease == 12.5
+    assert settings.heartbeat_interval == 2.5  # a fifth of the lease when unset
     assert settings.policy_for("send_email").retry.max_attempts == 7
     assert settings.policy_for("create_invoice").retry.max_attempts == 2
     # An override keeps the other defaults of the environment.
@@ -80,7 +83,8 @@ def test_values_are_read_and_typed() -> None:
         ("TOOLSAFE_LEASE_SECONDS", "nan", "finite"),
         ("TOOLSAFE_MAX_ATTEMPTS", "2.5", "whole number"),
         ("TOOLSAFE_MAX_ATTEMPTS", "0", "at least 1"),
-        ("TOOLSAFE_LEASE_SECONDS", "30", "must exceed TOOLSAFE_TASK_TIME_LIMIT"),
+        ("TOOLSAFE_HEARTBEAT_INTERVAL", "6", "at most TOOLSAFE_LEASE_SECONDS / 3"),
+        ("TOOLSAFE_HEARTBEAT_INTERVAL", "0", "greater than 0"),
         ("TOOLSAFE_TASK_SOFT_TIME_LIMIT", "70", "below TOOLSAFE_TASK_TIME_LIMIT"),
         ("TOOLSAFE_VISIBILITY_TIMEOUT", "600", "at least 2 x"),
         ("TOOLSAFE_SWEEP_INTERVAL", "0", "greater than 0"),
@@ -142,7 +146,12 @@ def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
     with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
         celeryconfig.build_config(
             Settings(
-                task_time_limit=2, task_soft_time_limit=1, lease=3, max_eta=1, visibility_timeout=8
+                task_time_limit=2,
+                task_soft_time_limit=1,
+                lease=3,
+                heartbeat_interval=1,
+                max_eta=1,
+                visibility_timeout=8,
             )
         )
 

@@ -247,7 +247,8 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
             "TOOLSAFE_EXAMPLE_TIMEOUT": str(t.call_timeout),
             "TOOLSAFE_TASK_SOFT_TIME_LIMIT": str(t.call_timeout + 2),
             "TOOLSAFE_TASK_TIME_LIMIT": str(t.call_timeout + 3),
-            "TOOLSAFE_LEASE_SECONDS": str(t.call_timeout + 4),
+            # Short: a live call's heartbeat renews it (every 0.6 s), a dead one's ends soon.
+            "TOOLSAFE_LEASE_SECONDS": "3",
             "TOOLSAFE_SWEEP_INTERVAL": "0.5",
             # Lost hints (a broker flush) are republished after this; well above the
             # queue's latency, or every queued step would be published again and again.

@@ -11,6 +11,7 @@ from typing import Any
 from toolsafe.demo.scenarios import Result
 from toolsafe.recovery.counts import compute_counts
 from toolsafe.recovery.counts import render as render_counts
+from toolsafe.recovery.owners import owner_pid
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.tasks.views import build_view, safe_envelope
 
@@ -28,8 +29,8 @@ class Played:
 
 
 def _who(owner: object, names: Mapping[int, str]) -> str:
-    pid = str(owner or "").rsplit(":", 1)[-1]
-    return names.get(int(pid), f"pid {pid}") if pid.isdigit() else str(owner or "?")
+    pid = owner_pid(owner)
+    return names.get(pid, f"pid {pid}") if pid is not None else str(owner or "?")
 
 
 def _describe(event: EventRecord, names: Mapping[int, str]) -> str:

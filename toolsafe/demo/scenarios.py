@@ -12,6 +12,7 @@ from typing import Any, Final
 from toolsafe.demo.env import DemoEnv
 from toolsafe.harness import wait_until
 from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.owners import owner_pid
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.tasks.client import Client
@@ -260,7 +261,7 @@ def crash_recovery(play: Play) -> None:
 
 
 def _owned_by(event: EventRecord, pid: int) -> bool:
-    return str(event.detail.get("owner", "")).rsplit(":", 1)[-1] == str(pid)
+    return owner_pid(event.detail.get("owner")) == pid
 
 
 def _until(play: Play, condition: Callable[[StepRecord], bool]) -> StepRecord:

@@ -1,0 +1,214 @@
+"""Leases against real workers, PostgreSQL and a downstream that does not deduplicate:
+a dead pool process is recovered in about a second, a dead node after its lease, a long
+call is kept alive by its heartbeat, and a paused process never writes twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.harness import Process
+from toolsafe.recovery.owners import LeaseOwner
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import EventRecord
+from toolsafe.tasks.faults import fired, write_plan
+from toolsafe.tasks.runtime import utcnow
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+S = StepState
+INVOICE = {"customer_id": "cus_18", "amount_cents": 1800, "currency": "EUR"}
+LEASE = 2.0
+TIME_LIMIT = 8.0
+WINDOW = 0.5
+
+
+@pytest.fixture(scope="module")
+def lease_cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster]:
+    # A short lease kept alive by a heartbeat, a time limit well beyond it, and an adapter
+    # timeout that lets a stalled downstream hold a stored write for seconds.
+    env = {
+        "TOOLSAFE_LEASE_SECONDS": str(LEASE),
+        "TOOLSAFE_HEARTBEAT_INTERVAL": "0.4",
+        "TOOLSAFE_TASK_TIME_LIMIT": str(TIME_LIMIT),
+        "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "7",
+        "TOOLSAFE_EXAMPLE_TIMEOUT": "6",
+        "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": str(WINDOW),
+    }
+    with cluster_for(pg_url, redis_url, pipeline_dir, suffix="leases", env=env) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(lease_cluster: Cluster) -> Iterator[Cluster]:
+    write_plan(Path(lease_cluster.env["TOOLSAFE_FAULT_PLAN"]), {})
+    yield lease_cluster
+    for worker in lease_cluster.workers:
+        worker.stop()
+    lease_cluster.workers.clear()
+
+
+def _owner(cluster: Cluster, ref: str) -> LeaseOwner:
+    step = cluster.client.runtime.store.get(ref)
+    owner = LeaseOwner.parse(step.lease_owner)
+    assert owner is not None, step
+    return owner
+
+
+def _first(events: list[EventRecord], kind: str, to: StepState | None = None) -> EventRecord:
+    for event in events:
+        if event.kind == kind and (to is None or event.to_state is to):
+            return event
+    raise AssertionError(f"no {kind} event to {to}: {[(e.kind, e.to_state) for e in events]}")
+
+
+def _seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+def _pool_child_holding(cluster: Cluster, ref: str, worker: Process) -> int:
+    cluster.wait_for(
+        lambda: cluster.client.runtime.store.get(ref).lease_owner is not None,
+        what="the claim",
+    )
+    pid = _owner(cluster, ref).pid
+    assert pid != worker.pid  # a pool child, not the worker's main process
+    return pid
+
+
+def test_a_killed_pool_process_is_verified_in_about_a_second(cluster: Cluster) -> None:
+    # A lease of 8 s: recovered within ~1 s, so not by the lease's expiry.
+    worker = cluster.start_worker(
+        "pool",
+        concurrency=1,
+        beat=False,
+        extra_env={"TOOLSAFE_LEASE_SECONDS": "8", "TOOLSAFE_HEARTBEAT_INTERVAL": "1"},
+    )
+    ref = new_ref("lease/child")
+    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=10)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    child = _pool_child_holding(cluster, ref, worker)
+    cluster.wait_for(lambda: cluster.effects(ref) == 1, timeout=15, what="the stored write")
+    killed = utcnow()
+    os.kill(child, signal.SIGKILL)
+    view = cluster.client.wait(ref, timeout=15)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    events = cluster.client.runtime.store.events(ref)
+    expired = _first(events, "lease_expired", S.VERIFYING)
+    assert expired.detail.get("owner_gone") is True  # proven dead, not timed out
+    succeeded = _first(events, "looked_up", S.SUCCEEDED)
+    assert _seconds(expired.at, killed) <= 1.5, (expired.at, killed)
+    assert _seconds(succeeded.at, killed) <= 4.0, (succeeded.at, killed)
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
+    assert view.attempts == 1 and cluster.effects(ref) == 1
+
+
+def test_a_killed_node_is_recovered_after_its_lease(cluster: Cluster) -> None:
+    victim = cluster.start_worker("node", concurrency=1, beat=False)
+    ref = new_ref("lease/node")
+    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=10)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    cluster.wait_for(lambda: cluster.effects(ref) == 1, timeout=15, what="the stored write")
+    victim.kill()  # the main process and its children: nobody saw them die
+    killed = utcnow()
+    lease_end = cluster.client.runtime.store.get(ref).lease_expires_at
+    assert lease_end is not None
+    cluster.start_worker("rescuer", concurrency=1, beat=True)
+    view = cluster.client.wait(ref, timeout=30)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    expired = _first(cluster.client.runtime.store.events(ref), "lease_expired", S.VERIFYING)
+    assert expired.at >= lease_end  # by the lease's expiry: a short one, renewed no more
+    assert _seconds(expired.at, killed) <= LEASE + 5.0  # + the rescuer's start and sweep
+    assert view.attempts == 1 and cluster.effects(ref) == 1
+
+
+def test_a_call_longer_than_the_lease_is_not_taken_for_dead(cluster: Cluster) -> None:
+    cluster.start_worker("long", concurrency=2, beat=True)
+    ref = new_ref("lease/long")
+    # 2.5 lease lengths inside the call, under the 8 s time limit and the 6 s timeout.
+    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=2.5 * LEASE)
+    started = time.monotonic()
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert time.monotonic() - started >= 2.5 * LEASE
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    events = cluster.client.runtime.store.events(ref)
+    assert not [event for event in events if event.kind == "lease_expired"]
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.SUCCEEDED]
+    assert view.attempts == 1 and cluster.effects(ref) == 1
+
+
+def _stopped(cluster: Cluster, ref: str, point: str) -> int:
+    """Wait until the pool child that took ``ref`` stopped itself at ``point``."""
+    plan = f"{cluster.env['TOOLSAFE_FAULT_PLAN']}.fired"
+    cluster.wait_for(
+        lambda: any(f["entry"] == ref and f["point"] == point for f in fired(plan)),
+        what=f"the stop at {point}",
+    )
+    pid = _owner(cluster, ref).pid
+
+    def is_stopped() -> bool:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+    cluster.wait_for(is_stopped, what="the stopped process")
+    return pid
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_paused_process_resumed_after_recovery_has_its_late_result_refused(
+    cluster: Cluster,
+) -> None:
+    """Paused after its write and before recording: the step is verified (found) while
+    it sleeps; woken up, its result is refused and nothing is written twice."""
+    ref = new_ref("lease/paused-after")
+    write_plan(Path(cluster.env["TOOLSAFE_FAULT_PLAN"]), {ref: {"after_call": "stop"}})
+    worker = cluster.start_worker("paused", concurrency=2, beat=True)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    pid = _stopped(cluster, ref, "after_call")
+    view = cluster.client.wait(ref, timeout=TIME_LIMIT - 1)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    os.kill(pid, signal.SIGCONT)
+    cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the late result refused")
+    events = cluster.client.runtime.store.events(ref)
+    assert [event.kind for event in events if event.kind == "executed"] == []
+    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
+    assert cluster.effects(ref) == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_paused_process_never_sends_after_its_step_was_taken_over(cluster: Cluster) -> None:
+    """Paused after its claim and before its call: verification finds nothing but does
+    not send the write again before the call's time limit has passed; woken up, the
+    paused process sees its lease gone and sends nothing. One effect."""
+    ref = new_ref("lease/paused-before")
+    write_plan(Path(cluster.env["TOOLSAFE_FAULT_PLAN"]), {ref: {"before_call": "stop"}})
+    worker = cluster.start_worker("paused", concurrency=2, beat=True)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    pid = _stopped(cluster, ref, "before_call")
+    store = cluster.client.runtime.store
+    cluster.wait_for(lambda: store.get(ref).state is S.VERIFYING, what="the lease expired")
+    os.kill(pid, signal.SIGCONT)
+    cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the woken call refused")
+    view = cluster.client.wait(ref, timeout=TIME_LIMIT + 10)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    events = store.events(ref)
+    claims = [
+        event
+        for event in events
+        if event.kind == "claimed" and event.detail.get("claim") == "execute"
+    ]
+    assert len(claims) == 2
+    # The write went out again only once the first call could no longer be running.
+    assert claims[1].at - claims[0].at >= timedelta(seconds=TIME_LIMIT + WINDOW)
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert cluster.effects(ref) == 1
