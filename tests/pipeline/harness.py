@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +20,14 @@ import psycopg
 
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
-from toolsafe.harness import Process, WorkerOptions, flush_broker, start_worker, wait_until
+from toolsafe.harness import (
+    Process,
+    WorkerOptions,
+    flush_broker,
+    start_worker,
+    stop_all,
+    wait_until,
+)
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.states import StepState
 from toolsafe.settings import Settings
@@ -117,6 +125,12 @@ class Webhook:
         self.server.server_close()
 
 
+def _measured() -> bool:
+    """Whether this test session runs under coverage."""
+    coverage = sys.modules.get("coverage")
+    return coverage is not None and coverage.Coverage.current() is not None
+
+
 @dataclass
 class Cluster:
     """Workers and a client that share one broker, database and downstream."""
@@ -172,9 +186,14 @@ class Cluster:
         return worker
 
     def stop(self) -> None:
-        """Tests need no graceful drain: a redelivered or lost hint is harmless (R1)."""
-        for worker in self.workers:
-            worker.kill()
+        """Tests need no graceful drain: a redelivered or lost hint is harmless (R1).
+        Under ``make coverage`` the workers stop with SIGTERM, so that they (and their
+        pool children) write what they measured."""
+        if _measured():
+            stop_all(self.workers, grace=15)
+        else:
+            for worker in self.workers:
+                worker.kill()
         self.workers.clear()
         if self._client is not None:
             self._client.close()
