@@ -379,3 +379,40 @@ def test_the_readme_curl_example_submits_and_waits_for_the_envelope(setup: Setup
     assert waited["state"] == "succeeded", waited
     assert waited["envelope"]["ok"] is True
     assert setup.cluster.effects("readme/run_81/step_4") == 1
+
+
+def test_bad_input_gets_a_clear_problem_through_the_gateway(setup: Setup) -> None:
+    """The bad-input walk of the Python client and the CLI (tests/tasks/test_bad_input.py),
+    over HTTP: the same call read the same, inputs that are no JSON object, toolsafe's own
+    size limit, and an operation_ref far too long, echoed only as a short prefix."""
+    ref = new_ref("gw/bad/same")
+    with setup.http(setup.agent_a) as http:
+
+        def submit(body: object, key: str | None = None) -> httpx.Response:
+            headers = {"Idempotency-Key": key} if key is not None else {}
+            return http.post("/v1/tools/create_invoice/calls", json=body, headers=headers)
+
+        first = submit({"input": INVOICE}, ref)
+        assert first.status_code == 201
+        # 100.0 is the model's 100, and the default memo made explicit is the same call.
+        again = submit({"input": {**INVOICE, "amount_cents": 100.0, "memo": None}}, ref)
+        assert again.status_code == 200, again.text
+        assert again.json()["operation_ref"] == first.json()["operation_ref"]
+        for not_an_object in (None, [1, 2], "customer_id=cus_1", 42):
+            answer = submit({"input": not_an_object})
+            assert answer.status_code == 422, (not_an_object, answer.text)
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.json()["code"] in {"INPUT_NOT_AN_OBJECT", "INVALID_REQUEST"}
+        # Under the gateway's body limit, over toolsafe's own input limit (256 KiB).
+        large = submit({"input": {**INVOICE, "memo": "x" * 300_000}}, new_ref("gw/bad/large"))
+        assert large.status_code in {413, 422}, large.text
+        assert large.json()["code"] == "INPUT_TOO_LARGE"
+        huge_ref = "r" * 100_000
+        long_ref = submit({"input": INVOICE}, huge_ref)
+        assert long_ref.status_code in {400, 422, 431}, long_ref.text[:300]
+        assert long_ref.headers["content-type"] == "application/problem+json"
+        assert len(long_ref.text) < 2_000, "the problem echoes the whole operation_ref"
+        # Nothing of the refused calls was stored.
+        for refused in ("gw/bad/large",):
+            listed = http.get("/v1/calls/" + refused)
+            assert listed.status_code == 404

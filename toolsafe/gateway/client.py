@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from toolsafe.adapters.errors import ToolsafeError, UnknownToolError
+from toolsafe.adapters.errors import INPUT_CODES, ToolsafeError, UnknownToolError
 from toolsafe.gateway.models import CallView
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -66,13 +66,13 @@ def raise_problem(response: httpx.Response) -> None:
     code = str(body.get("code", "HTTP_" + str(response.status_code)))
     detail = str(body.get("detail", response.reason_phrase))
     ref = str(body.get("operation_ref", ""))
-    if code == "INVALID_INPUT":
+    if code in INPUT_CODES:
         errors = tuple(
             (str(item.get("field", "")), str(item.get("code", "")))
             for item in body.get("errors") or ()
             if isinstance(item, dict)
         )
-        raise InvalidInput(str(body.get("tool", "")), errors)
+        raise InvalidInput(str(body.get("tool", "")), errors, code)
     if code == "UNKNOWN_TOOL":
         raise UnknownToolError(str(body.get("tool", "")))
     if code == "STEP_NOT_FOUND":

@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
-from toolsafe.adapters.errors import ToolsafeError, UnknownToolError
+from toolsafe.adapters.errors import INPUT_TOO_LARGE, ToolsafeError, UnknownToolError
 from toolsafe.gateway.models import FieldProblem, Problem
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
@@ -136,7 +136,10 @@ def from_error(error: Exception) -> ApiProblem:
         return error
     if isinstance(error, InvalidInput):
         errors = [FieldProblem(field=field, code=code) for field, code in error.errors]
-        return ApiProblem("INVALID_INPUT", str(error), errors=errors, tool=error.tool)
+        # The client's own code: INVALID_INPUT (the adapter's model) or one of the input
+        # refusals before any adapter reads it; too large is 413 like a body too large.
+        status = 413 if error.code == INPUT_TOO_LARGE else 422
+        return ApiProblem(error.code, str(error), status=status, errors=errors, tool=error.tool)
     if isinstance(error, UnknownToolError):
         return ApiProblem("UNKNOWN_TOOL", str(error), tool=error.tool)
     if isinstance(error, StepNotFound):
