@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -34,10 +35,25 @@ def _toolsafe() -> list[str]:
     return [found] if found else [sys.executable, "-m", "toolsafe"]
 
 
-def _run_demo(*options: str) -> subprocess.CompletedProcess[str]:
+# What must have happened to each scenario's step, judged from the store and the
+# downstream's own count in the demo's --report, not from the demo's own checks:
+# (final state, reason, downstream effects, states the path must pass through).
+EXPECTED: dict[str, tuple[str, str | None, int, tuple[str, ...]]] = {
+    "success": ("succeeded", None, 1, ("pending", "in_flight", "succeeded")),
+    "invalid_recipient": ("succeeded", None, 1, ("needs_input", "pending", "succeeded")),
+    "rate_limit": ("succeeded", None, 1, ("waiting_retry", "in_flight", "succeeded")),
+    "approval": ("succeeded", None, 1, ("awaiting_approval", "pending", "succeeded")),
+    "version_conflict": ("escalated", "VERSION_CONFLICT", 0, ("in_flight", "escalated")),
+    "timeout_after_store": ("succeeded", None, 1, ("in_flight", "verifying", "succeeded")),
+    "lookup_down": ("escalated", "LOOKUP_UNAVAILABLE", 1, ("verifying", "escalated")),
+    "crash_recovery": ("succeeded", None, 1, ("in_flight", "verifying", "succeeded")),
+}
+
+
+def _run_demo(report: Path, *options: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")}
     return subprocess.run(
-        [*_toolsafe(), "demo", *options],
+        [*_toolsafe(), "demo", "--report", str(report), *options],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -47,9 +63,31 @@ def _run_demo(*options: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _assert_report(done: subprocess.CompletedProcess[str]) -> None:
+def _assert_what_happened(report: Path) -> None:
+    data = json.loads(report.read_text("utf-8"))
+    seen = {scenario["name"]: scenario for scenario in data["scenarios"]}
+    assert set(seen) == set(EXPECTED)
+    for name, (state, reason, effects, through) in EXPECTED.items():
+        step = seen[name]
+        assert (step["state"], step["effects"]) == (state, effects), (name, step)
+        if reason is not None:
+            assert step["reason"] == reason, (name, step)
+        path = step["path"]
+        positions = [path.index(s) for s in through]
+        assert positions == sorted(positions), (name, path)
+    # An unknown outcome is never executed twice: verified, one attempt.
+    for name in ("timeout_after_store", "crash_recovery"):
+        assert seen[name]["attempts"] == 1, seen[name]
+    # The crash: the worker that claimed the write is not the one that verified it.
+    assert len(seen["crash_recovery"]["claimed_by"]) == 2, seen["crash_recovery"]
+    assert "INVALID_RECIPIENT_ADDRESS" in seen["invalid_recipient"]["codes"]
+    assert "RATE_LIMITED" in seen["rate_limit"]["codes"]
+
+
+def _assert_report(done: subprocess.CompletedProcess[str], report: Path) -> None:
     output = done.stdout
     assert done.returncode == 0, f"{output}\n--- stderr ---\n{done.stderr[-5000:]}"
+    _assert_what_happened(report)
     assert f"{len(TITLES)} of {len(TITLES)} scenarios ended as expected" in output
     for title in TITLES:
         assert f"{title} — as expected" in output, title
@@ -69,8 +107,9 @@ def _assert_report(done: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.mark.slow
-def test_demo_runs_on_the_embedded_default() -> None:
-    _assert_report(_run_demo())
+def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    _assert_report(_run_demo(report), report)
 
 
 @pytest.fixture
@@ -92,14 +131,17 @@ def demo_database(pg_url: str) -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_demo_runs_on_redis_and_postgres(redis_url: str, demo_database: str) -> None:
+def test_demo_runs_on_redis_and_postgres(
+    redis_url: str, demo_database: str, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.json"
     try:
-        done = _run_demo("--broker", redis_url, "--database", demo_database)
+        done = _run_demo(report, "--broker", redis_url, "--database", demo_database)
     finally:
         # Beat kept publishing sweeps until the end: leave the session's Redis database
         # as the conftest handed it over (its lock key stays).
         flush_broker(redis_url)
-    _assert_report(done)
+    _assert_report(done, report)
     assert "broker    redis://" in done.stdout
     assert "store     postgresql" in done.stdout
 

@@ -126,6 +126,41 @@ def scenario_block(index: int, played: Played, names: Mapping[int, str]) -> list
     return lines
 
 
+def as_json(played: Sequence[Played], ok: bool) -> dict[str, Any]:
+    """What happened to each scenario's step, from the store and the downstream's own
+    count (``toolsafe demo --report``): a test can judge it without the demo's checks."""
+    scenarios = []
+    for item in played:
+        step = item.step
+        path: list[str] = []
+        for event in item.events:
+            if event.to_state is not None and (not path or path[-1] != event.to_state.value):
+                path.append(event.to_state.value)
+        codes = [
+            str(event.detail["envelope"]["code"])
+            for event in item.events
+            if isinstance(event.detail.get("envelope"), Mapping)
+            and "code" in event.detail["envelope"]
+        ]
+        scenarios.append(
+            {
+                "name": item.result.name,
+                "operation_ref": item.result.operation_ref,
+                "state": None if step is None else step.state.value,
+                "reason": None if step is None else step.reason,
+                "commit_state": None if step is None else step.commit_state,
+                "attempts": None if step is None else step.attempts,
+                "path": path,
+                "codes": codes,
+                "effects": item.effects,
+                "claimed_by": sorted(
+                    {str(e.detail.get("owner")) for e in item.events if e.kind == "claimed"}
+                ),
+            }
+        )
+    return {"ok": ok, "scenarios": scenarios}
+
+
 def render(played: Sequence[Played], names: Mapping[int, str], seconds: float) -> str:
     lines: list[str] = ["", "REPORT", ""]
     for index, item in enumerate(played, 1):

@@ -4,11 +4,13 @@ nothing installed but the project (SQLite and Celery's file-system broker by def
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the real imports wait until the demo runs: the CLI stays quick
@@ -31,6 +33,12 @@ def add_parser(commands: Any) -> None:
     )
     demo.add_argument(
         "--keep", action="store_true", help="keep the temporary folder (logs, SQLite file)"
+    )
+    demo.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write what happened to each scenario's step as JSON (path, final state, "
+        "downstream effects), read from the store and the downstream, not from the checks",
     )
     demo.set_defaults(handler=run)
 
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         env = open_env(folder, args.broker, args.database, say)
         try:
-            ok = _play_all(env, args.workers, say)
+            ok = _play_all(env, args.workers, say, args.report)
         except HarnessError as error:  # the demo's machinery, not a scenario, failed
             say(f"the demo could not run: {error}")
         finally:
@@ -112,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _play_all(env: DemoEnv, workers: int, say: Progress) -> bool:
-    from toolsafe.demo.report import Played, render
+def _play_all(env: DemoEnv, workers: int, say: Progress, report: str | None = None) -> bool:
+    from toolsafe.demo.report import Played, as_json, render
     from toolsafe.demo.scenarios import ARTICLE, CRASH, play
     from toolsafe.harness import stop_all
 
@@ -159,4 +167,7 @@ def _play_all(env: DemoEnv, workers: int, say: Progress) -> bool:
         played.append(Played(result, step, events, effects.get(result.operation_ref, 0)))
     names = {worker.pid: worker.name for worker in env.workers}
     sys.stdout.write(render(played, names, say.elapsed()) + "\n")
-    return all(item.result.ok for item in played)
+    ok = all(item.result.ok for item in played)
+    if report is not None:
+        Path(report).write_text(json.dumps(as_json(played, ok), indent=2) + "\n", "utf-8")
+    return ok
