@@ -115,11 +115,11 @@ def test_wait_returns_at_the_commit_without_polling(cluster: Cluster, other: Cli
     assert woke - done["committed"] < 0.5
 
 
+@pytest.mark.parametrize("cluster", ["postgresql"], indirect=True)  # SQLite: no listener
 def test_waiters_recover_when_the_listening_connection_is_killed(
     cluster: Cluster, other: Client
 ) -> None:
-    if not sql_feed(cluster.client.runtime).listens:
-        pytest.skip("SQLite has no listening connection")
+    assert sql_feed(cluster.client.runtime).listens
     client = cluster.client
     feed = sql_feed(client.runtime)
     refs = [new_ref("feed/killed") for _ in range(5)]
@@ -155,9 +155,9 @@ def test_waiters_recover_when_the_listening_connection_is_killed(
     assert feed.reconnects > reconnects
 
 
+@pytest.mark.parametrize("cluster", ["postgresql"], indirect=True)  # SQLite: no NOTIFY
 def test_a_notification_is_delivered_at_the_commit_never_before(cluster: Cluster) -> None:
-    if not sql_feed(cluster.client.runtime).listens:
-        pytest.skip("SQLite has no NOTIFY")
+    assert sql_feed(cluster.client.runtime).listens
     url = _psycopg_url(cluster)
     ref = new_ref("feed/commit")
     with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url) as writer:
@@ -198,10 +198,10 @@ def test_async_wait_is_woken_and_cancel_safe(cluster: Cluster, other: Client) ->
     assert asyncio.run(run()) is StepState.CANCELLED
 
 
+@pytest.mark.parametrize("cluster", ["sqlite"], indirect=True)  # PostgreSQL listens instead
 def test_the_poller_reads_nothing_while_nobody_waits(cluster: Cluster, tmp_path: Path) -> None:
     feed = sql_feed(cluster.client.runtime)
-    if feed.listens:
-        pytest.skip("PostgreSQL listens instead of polling")
+    assert not feed.listens
     deadline = time.monotonic() + 5
     while feed.waiting() and time.monotonic() < deadline:
         time.sleep(0.01)
