@@ -9,11 +9,15 @@ from dataclasses import replace
 from datetime import timedelta
 
 from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, success
+from tests.recovery.test_store_contract import store as store_of_each_kind
 from toolsafe.adapters.protocol import LookupNotFound
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import Executed, LookedUp, StepSnapshot
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
+
+# Every implementation of the port: memory, SQLite and PostgreSQL (the contract suite's).
+store = store_of_each_kind
 
 S = StepState
 OWNER = "host-a:41:9001:boot.1"
