@@ -12,7 +12,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
+# The envelopes the store tests use, shared (re-exported for the memory-store tests).
+from tests.recovery.store_support import correct_input as correct_input
+from tests.recovery.store_support import escalate, retry_later
+from tests.recovery.store_support import needs_approval as needs_approval
+from tests.recovery.store_support import unknown as unknown
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext, LookupResult
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.store import MemoryStore
@@ -22,6 +27,9 @@ from toolsafe.tasks.runtime import Runtime
 TOOL = "scripted_invoice"
 INPUT: dict[str, Any] = {"recipient_email": "a@example.com", "amount": 120}
 SETTINGS = Settings()
+
+# A version conflict: the step escalates for a new plan.
+conflict = escalate
 
 
 class InvoiceInput(BaseModel):
@@ -116,13 +124,6 @@ def now() -> datetime:
 # ------------------------------------------------------------------ envelopes
 
 
-def _error(ref: str, **fields: Any) -> ToolError:
-    fields.setdefault("safe_details", {})
-    return ToolError(
-        operation_ref=ref, agent_message="factual note", user_message="status", **fields
-    )
-
-
 def success(ref: str) -> AnySuccess:
     return ToolSuccess(
         operation_ref=ref,
@@ -131,64 +132,10 @@ def success(ref: str) -> AnySuccess:
     )
 
 
-def unknown(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="OUTCOME_UNKNOWN",
-        category="dependency",
-        commit_state="unknown",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="verify_operation",
-    )
-
-
 def retry_in(seconds: float) -> Script:
+    """A rate limit whose not_before is ``seconds`` from when the script answers."""
+
     def answer(ref: str) -> ToolError:
-        return _error(
-            ref,
-            code="RATE_LIMITED",
-            category="dependency",
-            commit_state="not_committed",
-            retry=Retry(
-                directive="after_delay",
-                not_before=now() + timedelta(seconds=seconds),
-                max_attempts_remaining=3,
-            ),
-            next_action="wait_and_retry",
-        )
+        return retry_later(ref, now() + timedelta(seconds=seconds))
 
     return answer
-
-
-def correct_input(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="INVALID_RECIPIENT_ADDRESS",
-        category="validation",
-        commit_state="not_committed",
-        retry=Retry(directive="after_input_fix", max_attempts_remaining=1),
-        next_action="correct_input",
-        safe_details={"field": "recipient_email"},
-    )
-
-
-def needs_approval(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="MISSING_APPROVAL",
-        category="authorization",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=1),
-        next_action="request_approval",
-    )
-
-
-def conflict(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="VERSION_CONFLICT",
-        category="conflict",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="escalate",
-    )
