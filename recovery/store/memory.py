@@ -20,16 +20,12 @@ from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON, Invali
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import (
-    Approved,
-    Cancelled,
     Decision,
     Executed,
     InputCorrected,
     LeaseExpired,
     LookedUp,
     Outcome,
-    Rejected,
-    Resolved,
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
@@ -53,6 +49,7 @@ from toolsafe.recovery.rows import (
     verification_refusal,
 )
 from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
+from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.feed import MemoryFeed
 from toolsafe.recovery.store.memory_outbox import MemoryOutbox
 from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
@@ -73,7 +70,7 @@ __all__ = ["MemoryStore"]
 S = StepState
 
 
-class MemoryStore:
+class MemoryStore(StepActions):
     """Steps and events in dicts and lists; every method one "transaction" under a lock.
 
     A method that raises leaves nothing behind (its writes are undone), as a rolled-back
@@ -533,83 +530,22 @@ class MemoryStore:
             values_for=lambda _step, _decision: {"input": to_store},
         )
 
-    def approve(
+    def _decided(
         self,
         operation_ref: str,
+        outcome: Outcome,
         *,
-        approver: str,
-        reason: str,
-        input_hash: str,
+        kind: str,
+        detail: Mapping[str, Any],
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
     ) -> Recorded:
         return self._act(
             operation_ref,
-            lambda _step: Approved(approver, reason, input_hash),
-            kind="approved",
-            detail={"approver": approver, "reason": reason, "input_hash": input_hash},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def reject(
-        self,
-        operation_ref: str,
-        *,
-        approver: str,
-        reason: str,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        return self._act(
-            operation_ref,
-            lambda _step: Rejected(approver, reason),
-            kind="rejected",
-            detail={"approver": approver, "reason": reason},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def cancel(
-        self,
-        operation_ref: str,
-        *,
-        by: str,
-        reason: str,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        return self._act(
-            operation_ref,
-            lambda _step: Cancelled(by, reason),
-            kind="cancelled",
-            detail={"by": by, "reason": reason},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def resolve(
-        self,
-        operation_ref: str,
-        *,
-        operator: str,
-        reason: str,
-        to: StepState,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        return self._act(
-            operation_ref,
-            lambda _step: Resolved(operator, reason, StepState(to)),
-            kind="resolved",
-            detail={"operator": operator, "reason": reason, "to": StepState(to).value},
+            lambda _current: outcome,
+            kind=kind,
+            detail=detail,
             traits=traits,
             policy=policy,
             now=now,

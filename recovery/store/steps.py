@@ -26,15 +26,11 @@ from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.db import READ_ONLY, with_db_retry
 from toolsafe.recovery.outcomes import (
-    Approved,
-    Cancelled,
     Decision,
     Executed,
     InputCorrected,
     LookedUp,
     Outcome,
-    Rejected,
-    Resolved,
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
@@ -58,6 +54,7 @@ from toolsafe.recovery.store import ops as ops
 from toolsafe.recovery.store import outbox as outbox
 from toolsafe.recovery.store import sql as sql
 from toolsafe.recovery.store import sweep as sweep
+from toolsafe.recovery.store.actions import StepActions
 
 __all__ = [
     "CONCURRENT_CHANGE",
@@ -175,7 +172,7 @@ def _summaries(conn: Connection, prefix: str | None) -> list[StepSummary]:
     ]
 
 
-class StepStore:
+class StepStore(StepActions):
     """SQLAlchemy implementation over PostgreSQL or SQLite (see ``toolsafe.recovery.db``).
 
     Every method is one transaction, run again by :func:`toolsafe.recovery.db.with_db_retry`
@@ -543,88 +540,22 @@ class StepStore:
             values_for=values_for,
         )
 
-    def approve(
+    def _decided(
         self,
         operation_ref: str,
+        outcome: Outcome,
         *,
-        approver: str,
-        reason: str,
-        input_hash: str,
+        kind: str,
+        detail: Mapping[str, Any],
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        """awaiting_approval → pending, bound to the input hash the request was for."""
         return self._act(
             operation_ref,
-            lambda _row: Approved(approver, reason, input_hash),
-            kind="approved",
-            detail={"approver": approver, "reason": reason, "input_hash": input_hash},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def reject(
-        self,
-        operation_ref: str,
-        *,
-        approver: str,
-        reason: str,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        """awaiting_approval → failed."""
-        return self._act(
-            operation_ref,
-            lambda _row: Rejected(approver, reason),
-            kind="rejected",
-            detail={"approver": approver, "reason": reason},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def cancel(
-        self,
-        operation_ref: str,
-        *,
-        by: str,
-        reason: str,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        """Any waiting state → cancelled."""
-        return self._act(
-            operation_ref,
-            lambda _row: Cancelled(by, reason),
-            kind="cancelled",
-            detail={"by": by, "reason": reason},
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
-
-    def resolve(
-        self,
-        operation_ref: str,
-        *,
-        operator: str,
-        reason: str,
-        to: StepState,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        """Operator resolution of an escalated step: pending (re-drive; verifying first
-        when the outcome is unknown), succeeded, failed."""
-        return self._act(
-            operation_ref,
-            lambda _row: Resolved(operator, reason, StepState(to)),
-            kind="resolved",
-            detail={"operator": operator, "reason": reason, "to": StepState(to).value},
+            lambda _current: outcome,
+            kind=kind,
+            detail=detail,
             traits=traits,
             policy=policy,
             now=now,
