@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,10 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_HOST = os.environ.get("TOOLSAFE_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TOOLSAFE_TEST_REDIS_PORT", "6379"))
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# The store fixtures (a migrated PostgreSQL database and SQLite file per backend) serve
+# tests/services and tests/processes alike.
+pytest_plugins = ["tests.support.recovery.stores"]
 
 
 def _missing(service: str, error: Exception) -> None:
@@ -71,3 +76,9 @@ def redis_url() -> Iterator[str]:
                     client.delete(SESSION_LOCK_KEY)
             return
     pytest.fail("no free Redis database number (1-15) for this test session")
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory per module for a cluster's logs, beat schedule and SQLite file."""
+    return tmp_path_factory.mktemp("pipeline")

@@ -22,7 +22,7 @@ from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.settings import child_environ
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Each of the user's modules records that it was imported and then blows up: toolsafe
 # must never pick one of them up in place of its own.

@@ -22,7 +22,7 @@ from toolsafe.harness import flush_broker
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import EventRecord
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TITLES = [title for _, title, _ in (*ARTICLE, CRASH)]
 
 

@@ -16,7 +16,7 @@ import toolsafe.tasks.app
 from toolsafe.cli.main import EXIT_USAGE, main
 from toolsafe.settings import known_variables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One bad value per variable. A variable the settings learn without a line here fails
 # test_every_variable_has_a_bad_value: a new setting cannot be forgotten.

@@ -1,6 +1,6 @@
 """Reads the package's source (AST, no imports) for the codes it raises, returns, compares,
 passes and builds, and for the sets of step states it spells out, so a test can hold each
-to its catalogue (``tests/test_vocabulary.py``)."""
+to its catalogue (``tests/unit/test_vocabulary.py``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 from toolsafe.adapters.registry import Registry
 from toolsafe.cli.main import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-an-adapter.md"
 EXCERPT = "# excerpt: "
 _MODULE = re.compile(r"^<!-- guide-module: ([a-z_]+) -->$", re.MULTILINE)

@@ -23,7 +23,7 @@ import yaml
 from toolsafe.cli.main import build_parser
 from toolsafe.settings import Settings, known_variables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 

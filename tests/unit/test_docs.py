@@ -10,7 +10,7 @@ import pytest
 
 from toolsafe.recovery.states import StepState
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     ROOT / "README.md",
     ROOT / "docs" / "architecture.md",

@@ -11,7 +11,7 @@ from toolsafe import reference
 from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "envelope-reference.md"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_rooms import ROOT, imported_modules
+from tests.unit.test_rooms import ROOT, imported_modules
 
 USERS = [
     "tasks/pipeline.py",

@@ -11,7 +11,7 @@ from typing import Final
 import pytest
 
 import toolsafe
-from tests.vocabulary_scan import FAMILY, codes_in, package_sources, state_sets_in
+from tests.support.vocabulary_scan import FAMILY, codes_in, package_sources, state_sets_in
 from toolsafe.adapters.codes import (
     CATALOGUE,
     LOOKUP_CODES,

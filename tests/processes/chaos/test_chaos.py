@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.private_postgres import private_postgres
+from tests.support.private_postgres import private_postgres
 from toolsafe.cli.main import main
 from toolsafe.tasks.faults import POINTS
 

@@ -16,7 +16,7 @@ import pytest
 
 from toolsafe.harness.downstream import DownstreamProcess as Downstream
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INVOICE = {"customer_id": "cus_42", "amount_cents": 1250, "currency": "EUR"}
 CHARGE = {"customer_id": "cus_42", "amount_cents": 1250}
 EMAIL = {"recipient_email": "ana@example.com", "subject": "Your invoice", "body": "Thanks."}
@@ -118,7 +118,7 @@ def test_a_read_timeout_reported_not_committed_is_caught(
     tmp_path: Path, service: Downstream
 ) -> None:
     code, report, _ = check(
-        tmp_path, "tests.conformance.adapters:timeout_not_committed", INVOICE,
+        tmp_path, "tests.support.conformance.adapters:timeout_not_committed", INVOICE,
         "--base-url", service.url,
     )  # fmt: skip
     assert code == 1 and report["passed"] is False
@@ -129,7 +129,7 @@ def test_a_read_timeout_reported_not_committed_is_caught(
 
 def test_a_lookup_that_says_absent_when_down_is_caught(tmp_path: Path, service: Downstream) -> None:
     code, report, _ = check(
-        tmp_path, "tests.conformance.adapters:absent_when_down", INVOICE,
+        tmp_path, "tests.support.conformance.adapters:absent_when_down", INVOICE,
         "--base-url", service.url,
     )  # fmt: skip
     assert code == 1
@@ -142,7 +142,7 @@ def test_upstream_text_copied_into_agent_message_is_caught(
     tmp_path: Path, service: Downstream
 ) -> None:
     code, report, _ = check(
-        tmp_path, "tests.conformance.adapters:echoes_upstream", INVOICE,
+        tmp_path, "tests.support.conformance.adapters:echoes_upstream", INVOICE,
         "--base-url", service.url,
     )  # fmt: skip
     assert code == 1
@@ -167,7 +167,9 @@ def test_a_downstream_that_ignores_the_key_shows_two_effects(
 
 
 def test_a_sound_function_adapter_passes(tmp_path: Path) -> None:
-    code, report, stderr = check(tmp_path, "tests.conformance.adapters:ledger_charge", CHARGE)
+    code, report, stderr = check(
+        tmp_path, "tests.support.conformance.adapters:ledger_charge", CHARGE
+    )
     assert code == 0, stderr + json.dumps(failed(report), indent=1)
     assert report["kind"] == "function"
     names = {row["scenario"] for row in report["checks"] if row["verdict"] == "pass"}
@@ -182,7 +184,9 @@ def test_a_sound_function_adapter_passes(tmp_path: Path) -> None:
 
 
 def test_a_function_that_calls_every_oserror_retryable_is_caught(tmp_path: Path) -> None:
-    code, report, _ = check(tmp_path, "tests.conformance.adapters:network_error_retried", CHARGE)
+    code, report, _ = check(
+        tmp_path, "tests.support.conformance.adapters:network_error_retried", CHARGE
+    )
     assert code == 1
     row = failed(report)["ConnectionResetError raised after the call"]
     assert "not_committed" in row["got"]
@@ -191,11 +195,11 @@ def test_a_function_that_calls_every_oserror_retryable_is_caught(tmp_path: Path)
 @pytest.mark.parametrize(
     ("spec", "sample", "message"),
     [
-        ("tests.conformance.adapters:ledger_charge", {"customer_id": "c"}, "amount_cents"),
-        ("tests.conformance.adapters:ledger_charge", INVOICE, "currency"),
+        ("tests.support.conformance.adapters:ledger_charge", {"customer_id": "c"}, "amount_cents"),
+        ("tests.support.conformance.adapters:ledger_charge", INVOICE, "currency"),
         ("no_such_module_here:tool", INVOICE, "PYTHONPATH"),
-        ("tests.conformance.adapters:no_such_tool", INVOICE, "no_such_tool"),
-        ("tests.conformance.adapters", INVOICE, "MODULE:TOOL"),
+        ("tests.support.conformance.adapters:no_such_tool", INVOICE, "no_such_tool"),
+        ("tests.support.conformance.adapters", INVOICE, "MODULE:TOOL"),
     ],
 )
 def test_bad_usage_exits_2_naming_the_problem(

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance import adapters
+from tests.support.conformance import adapters
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.adapters.http import HttpSettings
 from toolsafe.conformance import ConformanceFailure
 from toolsafe.conformance.pytest_plugin import AdapterConformance, adapter_conformance
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHARGE = {"customer_id": "cus_7", "amount_cents": 300}
 INVOICE = {"customer_id": "cus_7", "amount_cents": 300, "currency": "EUR"}
 
@@ -48,7 +48,7 @@ def test_a_users_suite_enables_the_plugin(tmp_path: Path) -> None:
     (tmp_path / "test_mine.py").write_text(
         textwrap.dedent(
             """
-            from tests.conformance.adapters import ledger_charge, network_error_retried
+            from tests.support.conformance.adapters import ledger_charge, network_error_retried
 
             SAMPLE = {"customer_id": "cus_1", "amount_cents": 100}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.harness import ROOT, GatewayServer, bearer, gateway_for, make_key
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.gateway.harness import ROOT, GatewayServer, bearer, gateway_for, make_key
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.gateway.client import AsyncGatewayClient, GatewayClient, GatewayError
 from toolsafe.recovery.outcomes import TransitionRefused
@@ -383,7 +383,7 @@ def test_the_readme_curl_example_submits_and_waits_for_the_envelope(setup: Setup
 
 
 def test_bad_input_gets_a_clear_problem_through_the_gateway(setup: Setup) -> None:
-    """The bad-input walk of the Python client and the CLI (tests/tasks/test_bad_input.py),
+    """The bad-input walk of the Python client and the CLI (tests/services/tasks/test_bad_input.py),
     over HTTP: the same call read the same, inputs that are no JSON object, toolsafe's own
     size limit, and an operation_ref far too long, echoed only as a short prefix."""
     ref = new_ref("gw/bad/same")

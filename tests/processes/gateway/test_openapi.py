@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.gateway.harness import GatewayServer, bearer, gateway_for, make_key
-from tests.pipeline.harness import cluster_for
+from tests.support.gateway.harness import GatewayServer, bearer, gateway_for, make_key
+from tests.support.pipeline.harness import cluster_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 

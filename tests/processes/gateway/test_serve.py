@@ -16,8 +16,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from tests.gateway.harness import bearer, gateway_for
-from tests.pipeline.harness import cluster_for, new_ref
+from tests.support.gateway.harness import bearer, gateway_for
+from tests.support.pipeline.harness import cluster_for, new_ref
 from toolsafe.gateway.auth import CACHE_SECONDS
 from toolsafe.gateway.client import GatewayClient, GatewayError
 from toolsafe.recovery.db import make_engine

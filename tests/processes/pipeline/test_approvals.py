@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.adapters.examples.downstream_state import Record
 from toolsafe.recovery.canonical import input_hash
 from toolsafe.recovery.schema import steps

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.faults import fired, write_plan
 

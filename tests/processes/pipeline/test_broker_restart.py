@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import Process
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.recovery.states import StepState

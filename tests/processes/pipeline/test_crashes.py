@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
-from tests.recovery.store_support import create_step
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.recovery.store_support import create_step
 from toolsafe.harness import flush_broker
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import EXECUTE_TASK
 from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.states import TERMINAL, StepState

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
-from tests.recovery.envelope_agreement import assert_agrees
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.recovery.envelope_agreement import assert_agrees
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.views import StepView
 

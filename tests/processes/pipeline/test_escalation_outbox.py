@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import ESCALATION_QUEUE, QUEUES
 from toolsafe.recovery.states import StepState
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
-from tests.recovery.store_support import sql_store
+from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
+from tests.support.recovery.store_support import sql_store
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import Process
 from toolsafe.recovery.owners import LeaseOwner
 from toolsafe.recovery.states import StepState

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.pipeline.harness import ROOT, Cluster, cluster_for
+from tests.support.pipeline.harness import ROOT, Cluster, cluster_for
 from toolsafe.harness import WaitTimeout, celery_command, free_port, spawn, start_beat, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

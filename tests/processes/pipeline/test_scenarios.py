@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.recovery.states import StepState
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.recovery.conftest import empty
-from tests.recovery.store_support import LEASE, POLICY, T0, contend, create_step
+from tests.support.recovery.store_support import LEASE, POLICY, T0, contend, create_step
+from tests.support.recovery.stores import empty
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
 
 PROCESSES = 4
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
+from tests.support.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.harness import DownstreamProcess
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.adapters.downstream_support import make_visible, wait_in_flight
+from tests.support.adapters.downstream_support import make_visible, wait_in_flight
 from toolsafe.adapters.envelope import ToolError, ToolSuccess, flagged_fields
 from toolsafe.adapters.examples import ExampleSettings, http_settings, register
 from toolsafe.adapters.examples.downstream import DownstreamService

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
-from tests.adapters.hostile_corpus import CORPUS, Sample
-from tests.adapters.probe_adapters import ProbeWrite, settings
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.hostile_corpus import CORPUS, Sample
+from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.guard import call_adapter
 from toolsafe.adapters.redaction import RedactingFilter

@@ -12,9 +12,9 @@ from typing import ClassVar
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
-from tests.adapters.hostile_success_corpus import CORPUS, SuccessSample, log_guard_figure
-from tests.adapters.probe_adapters import ProbeWrite, settings
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.hostile_success_corpus import CORPUS, SuccessSample, log_guard_figure
+from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolSuccess
 from toolsafe.adapters.guard import call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import LookupFound

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.adapter_servers import Behaviour, Conn, ScriptedServer
-from tests.adapters.probe_adapters import (
+from tests.support.adapters.adapter_servers import Behaviour, Conn, ScriptedServer
+from tests.support.adapters.probe_adapters import (
     ProbeInput,
     ProbeRead,
     ProbeWrite,

@@ -14,8 +14,13 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
-from tests.adapters.probe_adapters import ProbeRead, ProbeWrite, ProbeWriteNoLookup, settings
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.probe_adapters import (
+    ProbeRead,
+    ProbeWrite,
+    ProbeWriteNoLookup,
+    settings,
+)
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.guard import call_adapter
 from toolsafe.adapters.http import transport_failure

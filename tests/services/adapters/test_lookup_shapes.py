@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
 from toolsafe.adapters import codes
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.examples.downstream import DownstreamService

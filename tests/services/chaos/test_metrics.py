@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.recovery.store_support import create_step
+from tests.support.recovery.store_support import create_step
 from toolsafe.adapters.envelope import Retry, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import LookupFound
 from toolsafe.metrics.exporter import exposition, metrics_address, read_counts, serve

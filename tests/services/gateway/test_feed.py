@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
-from tests.recovery.store_support import sql_feed, sql_store
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.recovery.store_support import sql_feed, sql_store
 from toolsafe.recovery.db import normalize_url
 from toolsafe.recovery.schema import STEP_CHANNEL
 from toolsafe.recovery.states import StepState

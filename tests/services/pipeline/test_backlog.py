@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import flush_broker
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.runtime import utcnow

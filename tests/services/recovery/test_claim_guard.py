@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, bindparam, delete, insert, select
 
-from tests.recovery.store_support import LEASE, T0
+from tests.support.recovery.store_support import LEASE, T0
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.guards import EXECUTION, VERIFICATION
 from toolsafe.recovery.reasons import NOOP_MISSING

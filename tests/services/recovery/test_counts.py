@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.recovery.store_support import create_step
+from tests.support.recovery.store_support import create_step
 from toolsafe.recovery.counts import (
     Counts,
     as_json,

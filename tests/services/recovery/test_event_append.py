@@ -14,7 +14,7 @@ from typing import Any, Final
 import pytest
 from sqlalchemy import Engine, select
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
     POLICY,

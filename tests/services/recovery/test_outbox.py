@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     BLIND_WRITE,
     LEASE,
     POLICY,

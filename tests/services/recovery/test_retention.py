@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 import toolsafe.tasks.app
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
     POLICY,

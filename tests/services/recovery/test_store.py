@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
     POLICY,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
     POLICY,

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy.exc import StatementError
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     BLIND_WRITE,
     INPUT,
     LEASE,

@@ -11,7 +11,15 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
-from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, force, retry_later
+from tests.support.recovery.store_support import (
+    LEASE,
+    POLICY,
+    T0,
+    WRITE,
+    create_step,
+    force,
+    retry_later,
+)
 from toolsafe.recovery.db import make_engine, normalize_url, with_db_retry
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState

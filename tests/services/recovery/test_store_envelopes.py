@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant, run_state_machine_as_test
 from sqlalchemy import Engine
 
-from tests.recovery.envelope_agreement import assert_agrees
-from tests.recovery.store_support import (
+from tests.services.recovery.test_store_stateful import StoreMachine
+from tests.support.recovery.envelope_agreement import assert_agrees
+from tests.support.recovery.store_support import (
     BLIND_WRITE,
     INPUT,
     LEASE,
@@ -25,7 +26,6 @@ from tests.recovery.store_support import (
     retry_later,
     unknown,
 )
-from tests.recovery.test_store_stateful import StoreMachine
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.protocol import LookupNotFound, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp

@@ -8,8 +8,8 @@ import random
 from dataclasses import replace
 from datetime import timedelta
 
-from tests.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, success
-from tests.recovery.test_store_contract import store as store_of_each_kind
+from tests.services.recovery.test_store_contract import store as store_of_each_kind
+from tests.support.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, success
 from toolsafe.adapters.protocol import LookupNotFound
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import Executed, LookedUp, StepSnapshot

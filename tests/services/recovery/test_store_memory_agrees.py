@@ -22,7 +22,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     BLIND_WRITE,
     INPUT,
     LEASE,

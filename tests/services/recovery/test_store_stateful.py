@@ -25,8 +25,7 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import Engine, select
 
-from tests.recovery.conftest import empty
-from tests.recovery.store_support import (
+from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
     POLICY,
@@ -40,6 +39,7 @@ from tests.recovery.store_support import (
     success,
     unknown,
 )
+from tests.support.recovery.stores import empty
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused

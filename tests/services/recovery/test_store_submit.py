@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success, unknown
+from tests.support.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success, unknown
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, OperationRefConflict, StepStore

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import toolsafe.tasks.app
-from tests.pipeline.harness import Cluster, cluster_for, new_ref
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON, INPUT_TOO_LARGE
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_USAGE, main
 from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound

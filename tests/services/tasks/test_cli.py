@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import toolsafe.tasks.app
-from tests.fixtures import dependency_unavailable
-from tests.recovery.store_support import create_step
+from tests.support.fixtures import dependency_unavailable
+from tests.support.recovery.store_support import create_step
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState

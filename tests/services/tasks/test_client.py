@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.fixtures import invalid_recipient_address
-from tests.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
-from tests.recovery.store_support import create_step
+from tests.support.fixtures import invalid_recipient_address
+from tests.support.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
+from tests.support.recovery.store_support import create_step
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.store_support import POLICY, WRITE, create_step, sql_store
+from tests.support.recovery.store_support import POLICY, WRITE, create_step, sql_store
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.store import Claim
 from toolsafe.settings import Settings

@@ -16,9 +16,9 @@ import pytest
 import redis
 from sqlalchemy import select, text
 
-from tests.pipeline.harness import fresh_database
-from tests.recovery.conftest import empty
-from tests.recovery.store_support import LEASE, sql_store
+from tests.support.pipeline.harness import fresh_database
+from tests.support.recovery.store_support import LEASE, sql_store
+from tests.support.recovery.stores import empty
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.secrets import SEALED, SecretBox, new_key
@@ -116,7 +116,7 @@ def _client(
     settings = Settings(
         database_url=database,
         broker_url=redis_url,
-        adapter_modules=("tests.tasks.secret_adapters",),
+        adapter_modules=("tests.support.tasks.secret_adapters",),
         secret_keys=keys,
     )
     return Client(create_app(settings))

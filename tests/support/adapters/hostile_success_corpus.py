@@ -2,7 +2,7 @@
 instructions to a model, control and look-alike characters, oversized text, hostile keys
 and shapes the result model does not allow. ``needles`` must never come out.
 
-``python -m tests.adapters.hostile_success_corpus`` prints the log guard's figure.
+``python -m tests.support.adapters.hostile_success_corpus`` prints the log guard's figure.
 """
 
 from __future__ import annotations

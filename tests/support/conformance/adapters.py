@@ -1,6 +1,6 @@
 """Adapters the kit's tests run it against: three deliberately broken HTTP adapters, a
 broken and a sound ``@tool`` function; ``register(registry)`` registers the HTTP ones
-(``toolsafe check-adapter tests.conformance.adapters:<tool>``)."""
+(``toolsafe check-adapter tests.support.conformance.adapters:<tool>``)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass

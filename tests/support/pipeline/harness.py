@@ -34,7 +34,7 @@ from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORKER_STARTUP = 40.0  # seconds; two prefork workers on a loaded machine
 
 # Short enough that a lease expiry, a sweep and a verification take a few seconds.

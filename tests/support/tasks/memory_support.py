@@ -13,10 +13,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel
 
 # The envelopes the store tests use, shared (re-exported for the memory-store tests).
-from tests.recovery.store_support import correct_input as correct_input
-from tests.recovery.store_support import escalate, retry_later
-from tests.recovery.store_support import needs_approval as needs_approval
-from tests.recovery.store_support import unknown as unknown
+from tests.support.recovery.store_support import correct_input as correct_input
+from tests.support.recovery.store_support import escalate, retry_later
+from tests.support.recovery.store_support import needs_approval as needs_approval
+from tests.support.recovery.store_support import unknown as unknown
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext, LookupResult
 from toolsafe.adapters.registry import Registry

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests import fixtures
+from tests.support import fixtures
 from toolsafe.adapters.envelope import (
     ToolError,
     ToolSuccess,

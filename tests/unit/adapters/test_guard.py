@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, JsonValue
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
 from toolsafe.adapters import codes
 from toolsafe.adapters.envelope import (
     AnySuccess,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests import fixtures
+from tests.support import fixtures
 from toolsafe.adapters.envelope import ToolError, to_wire
 from toolsafe.adapters.mappings import (
     PROBLEM_TYPE_PREFIX,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel
 
-from tests.fixtures import invoice_created
+from tests.support.fixtures import invoice_created
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
 from toolsafe.adapters.protocol import Adapter, CallContext

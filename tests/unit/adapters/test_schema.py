@@ -10,10 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests import fixtures
+from tests.support import fixtures
 from toolsafe.adapters.envelope import json_schema, to_wire
 
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "adapters" / "schema" / "envelope.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "adapters" / "schema" / "envelope.schema.json"
 
 
 def test_committed_schema_matches_the_models() -> None:

@@ -12,14 +12,14 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel
 
-from tests.adapters.adapter_servers import Conn, ScriptedServer
+from tests.support.adapters.adapter_servers import Conn, ScriptedServer
 from toolsafe import read_tool
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext
 from toolsafe.conformance import check_adapter
 from toolsafe.conformance.proxy import Action, FaultProxy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _chunked(conn: Conn) -> None:

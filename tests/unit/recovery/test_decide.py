@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests import fixtures
-from tests.recovery.decide_factories import (
+from tests.support import fixtures
+from tests.support.recovery.decide_factories import (
     INPUT_HASH,
     NOW,
     POLICY,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.recovery.decide_factories import NOW, POLICY, run, step
+from tests.support.recovery.decide_factories import NOW, POLICY, run, step
 from toolsafe.adapters.protocol import LookupUnavailable
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.backoff import unavailable_delay, verification_delay

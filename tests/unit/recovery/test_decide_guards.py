@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from tests.recovery.decide_factories import (
+from tests.support.recovery.decide_factories import (
     INPUT,
     INPUT_HASH,
     NOW,

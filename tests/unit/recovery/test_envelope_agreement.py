@@ -11,8 +11,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.recovery.envelope_agreement import assert_agrees
-from tests.recovery.test_decide_property import REF, World, next_outcome, worlds
+from tests.support.recovery.envelope_agreement import assert_agrees
+from tests.unit.recovery.test_decide_property import REF, World, next_outcome, worlds
 from toolsafe.adapters.envelope import to_wire
 from toolsafe.recovery.states import NO_OUTCOME_YET, TERMINAL, StepState
 

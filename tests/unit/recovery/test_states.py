@@ -24,7 +24,7 @@ from toolsafe.recovery.states import (
 )
 
 S = StepState
-DOC = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "lifecycle.md"
 EDGE = re.compile(r"^\s*(\w+)\s*-->\s*(\w+)\s*:\s*(.+?)\s*$")
 
 

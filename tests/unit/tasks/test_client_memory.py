@@ -1,6 +1,6 @@
 """The client's logic without I/O: submit, its idempotent repeat and its refusals,
 corrected input, cancellation, approvals, resolution and wait, over the in-memory store
-with a publisher that records (``tests/tasks/test_client.py`` runs it on real services)."""
+with a publisher that records (``tests/services/tasks/test_client.py`` runs it on real services)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.tasks.memory_support import (
+from tests.support.tasks.memory_support import (
     INPUT,
     SETTINGS,
     TOOL,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.pipeline.harness import Webhook
+from tests.support.pipeline.harness import Webhook
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.settings import Settings, SettingsError
@@ -92,7 +92,7 @@ def test_handlers_from_settings_run_in_order_and_survive_failures(
             "TOOLSAFE_ESCALATION_WEBHOOK_URL": "http://127.0.0.1:1/hook",
             "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": "0.5",
             "TOOLSAFE_ESCALATION_HANDLERS": (
-                "tests.tasks.test_handlers:explode, tests.tasks.test_handlers:remember"
+                "tests.unit.tasks.test_handlers:explode, tests.unit.tasks.test_handlers:remember"
             ),
         }
     )
@@ -100,13 +100,13 @@ def test_handlers_from_settings_run_in_order_and_survive_failures(
     assert [name for name, _ in handlers] == [
         "log",
         "webhook",
-        "tests.tasks.test_handlers:explode",
-        "tests.tasks.test_handlers:remember",
+        "tests.unit.tasks.test_handlers:explode",
+        "tests.unit.tasks.test_handlers:remember",
     ]
     RECEIVED.clear()
     with caplog.at_level(logging.WARNING, logger="toolsafe.escalation"):
         failed = notify(handlers, EscalationNotice.from_step(_step(), _events(), KEY))
-    assert failed == ["webhook", "tests.tasks.test_handlers:explode"]
+    assert failed == ["webhook", "tests.unit.tasks.test_handlers:explode"]
     assert len(RECEIVED) == 1
     events = [getattr(record, "event", None) for record in caplog.records]
     assert events.count("escalation_handler_failed") == 2 and "step_escalated" in events
@@ -116,7 +116,7 @@ def test_bad_handler_paths_are_settings_errors() -> None:
     with pytest.raises(SettingsError, match="cannot import"):
         import_handler("no_such_module_xyz:handler")
     with pytest.raises(SettingsError, match="not a callable"):
-        import_handler("tests.tasks.test_handlers:NOW")
+        import_handler("tests.unit.tasks.test_handlers:NOW")
     assert import_handler("toolsafe.tasks.escalation:log_handler") is log_handler
 
 

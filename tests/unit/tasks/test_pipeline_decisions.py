@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.tasks.memory_support import (
+from tests.support.tasks.memory_support import (
     INPUT,
     SETTINGS,
     TOOL,

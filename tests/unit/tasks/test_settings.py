@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from tests.fixtures import invoice_created
+from tests.support.fixtures import invoice_created
 from toolsafe import celeryconfig
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.protocol import Adapter, CallContext
@@ -32,7 +32,7 @@ from toolsafe.settings import (
 )
 from toolsafe.tasks.app import create_app
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_defaults_without_environment() -> None:
