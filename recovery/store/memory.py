@@ -3,7 +3,7 @@ leases, due times and event log as the SQL store, behind one lock, with no I/O.
 
 For unit tests of the pipeline and the client, and for anything that needs a store that
 lives only as long as its process. The contract tests
-(``tests/recovery/test_store_contract.py``) run the same functions against this store,
+(``tests/services/recovery/test_store_contract.py``) run the same functions against this store,
 SQLite and PostgreSQL.
 """
 

@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-30
 
 The state vocabularies are written out here on purpose: a migration is a snapshot.
-``tests/recovery/test_migrations.py`` fails when ``StepState`` and this CHECK disagree,
+``tests/services/recovery/test_migrations.py`` fails when ``StepState`` and this CHECK disagree,
 which is the cue to add a migration.
 """
 
