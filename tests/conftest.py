@@ -26,6 +26,18 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 pytest_plugins = ["tests.support.recovery.stores"]
 
 
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "services", "processes")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it."""
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        if parts and parts[0] in KINDS:
+            item.add_marker(parts[0])
+
+
 def _missing(service: str, error: Exception) -> None:
     message = f"{service} is not reachable ({type(error).__name__}: {error})"
     if IN_CI:

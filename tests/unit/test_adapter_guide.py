@@ -63,11 +63,6 @@ def test_the_guide_walks_both_ways() -> None:
         assert len([test for test in GUIDE_TESTS if test[0] == module]) >= 4, module
 
 
-@pytest.mark.parametrize(("module", "name"), GUIDE_TESTS, ids=lambda part: str(part))
-def test_the_guides_adapters_pass_the_guides_tests(module: str, name: str) -> None:
-    GUIDE_MODULES[module][name]()
-
-
 @pytest.mark.parametrize(
     ("module", "tools"),
     [("reminders", {"send_payment_reminder"}), ("receipts", {"send_receipt", "receipt_status"})],

@@ -3,8 +3,6 @@ codes, the runtime's reasons and refusals, the no-op reasons."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from toolsafe import reference
@@ -58,15 +56,3 @@ def test_every_lookup_code_and_no_op_reason_is_documented_with_its_meaning() -> 
     for catalogue in (LOOKUP_CODES, NOOP_REASONS, REASONS, REFUSALS):
         for code, meaning in catalogue.items():
             assert f"| `{code}` | {meaning.replace('|', chr(92) + '|')} |" in text, code
-
-
-def test_the_documented_command_prints_the_page() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "toolsafe.reference"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stdout == DOC.read_text(encoding="utf-8")

@@ -67,9 +67,7 @@ def test_an_approval_does_not_carry_over_to_changed_input(cluster: Cluster) -> N
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     assert cluster.client.wait(ref, timeout=20).state is S.AWAITING_APPROVAL
     # No worker runs between the approval and the change of input.
-    for worker in cluster.workers:
-        worker.stop()
-    cluster.workers.clear()
+    cluster.stop_workers()
     store = cluster.client.runtime.store
     assert isinstance(store, StepStore)
     approved_for = store.get(ref).input_hash

@@ -35,9 +35,7 @@ def crash_cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[C
 @pytest.fixture
 def cluster(crash_cluster: Cluster) -> Iterator[Cluster]:
     yield crash_cluster
-    for worker in crash_cluster.workers:
-        worker.stop()
-    crash_cluster.workers.clear()
+    crash_cluster.stop_workers()
 
 
 def test_sigkill_while_the_downstream_holds_a_stored_write(cluster: Cluster) -> None:

@@ -54,9 +54,7 @@ def lease_cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[C
 def cluster(lease_cluster: Cluster) -> Iterator[Cluster]:
     write_plan(Path(lease_cluster.env["TOOLSAFE_FAULT_PLAN"]), {})
     yield lease_cluster
-    for worker in lease_cluster.workers:
-        worker.stop()
-    lease_cluster.workers.clear()
+    lease_cluster.stop_workers()
 
 
 def _owner(cluster: Cluster, ref: str) -> LeaseOwner:

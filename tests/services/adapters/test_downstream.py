@@ -4,12 +4,10 @@ and the command line."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +15,6 @@ import pytest
 
 from tests.support.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
 from toolsafe.adapters.examples.downstream import DownstreamService
-from toolsafe.harness import DownstreamProcess
 
 INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
 EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Invoice", "body": "hi"}
@@ -327,16 +324,3 @@ def test_stop_ends_a_stall_promptly() -> None:
 
 
 # --- the command line -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("naive", [False, True])
-def test_command_line_prints_its_url_and_stops_on_sigterm(naive: bool, tmp_path: Path) -> None:
-    service = DownstreamProcess(tmp_path, {**os.environ, "PYTHONUNBUFFERED": "1"}, naive=naive)
-    try:
-        url = service.url
-        assert url.startswith("http://127.0.0.1:")
-        health = httpx.get(f"{url}/_control/health", timeout=5).json()
-        assert health == {"ok": True, "naive": naive}
-        assert service.stop(grace=5) == 0  # SIGTERM
-    finally:
-        service.process.kill()

@@ -13,7 +13,6 @@ import pytest
 
 from tests.support.adapters.downstream_support import make_visible, wait_in_flight
 from toolsafe.adapters.envelope import ToolError, ToolSuccess, flagged_fields
-from toolsafe.adapters.examples import ExampleSettings, http_settings, register
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.adapters.examples.email import SendEmail
 from toolsafe.adapters.examples.invoice import CreateInvoice
@@ -30,14 +29,6 @@ EMAIL = {"recipient_email": "ann@mail.toolsafe.dev", "subject": "Your invoice", 
 
 
 OPENED: list[HttpAdapter[Any]] = []
-MODULE = "toolsafe.adapters.examples"
-
-
-def settings_from_env(env: dict[str, str]) -> tuple[HttpSettings, timedelta]:
-    """The example adapters' settings as toolsafe's settings read them from ``env``."""
-    read = Settings.from_env(env).adapter_settings()[MODULE]
-    assert isinstance(read, ExampleSettings)
-    return http_settings(read)
 
 
 @pytest.fixture(autouse=True)
@@ -219,40 +210,6 @@ def test_register_receives_the_settings_read_from_the_environment(
     assert invoice.consistency_window == timedelta(seconds=0.5)
     assert isinstance(call_adapter(invoice, INVOICE, REF), ToolSuccess)
     assert httpx.get(f"{downstream.url}/_control/effects").json() == {REF: 1}
-
-
-def test_defaults_and_bad_settings() -> None:
-    settings, window = settings_from_env({})
-    assert (settings.base_url, window) == ("http://127.0.0.1:8900", timedelta(seconds=2))
-    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW"):
-        settings_from_env({"TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "soon"})
-    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW"):
-        settings_from_env({"TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "-1"})
-    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"):
-        settings_from_env({"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "ftp://x"})
-    registry = Registry()
-    register(registry)
-    assert registry.tools() == ("create_invoice", "send_email")
-    for tool in registry.tools():
-        registered = registry.get(tool)
-        assert isinstance(registered, HttpAdapter)
-        opened(registered)
-
-
-def test_adapters_import_neither_celery_nor_the_database() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, toolsafe.adapters.examples, toolsafe.adapters.http, "
-        "toolsafe.adapters.guard, toolsafe.adapters.redaction;"
-        "bad = [m for m in sys.modules if m.split('.')[0] in "
-        "('celery', 'kombu', 'sqlalchemy', 'psycopg', 'redis') "
-        "or m.startswith(('toolsafe.recovery', 'toolsafe.tasks'))];"
-        "print(bad); sys.exit(1 if bad else 0)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_each_process_gets_its_own_http_client(downstream: DownstreamService) -> None:

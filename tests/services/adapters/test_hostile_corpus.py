@@ -15,7 +15,6 @@ from tests.support.adapters.hostile_corpus import CORPUS, Sample
 from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.guard import call_adapter
-from toolsafe.adapters.redaction import RedactingFilter
 
 Reply = tuple[int, bytes, dict[str, str], str, str]
 REPLIES: dict[str, Reply] = {}
@@ -83,12 +82,6 @@ def leaks(sample: Sample, *texts: str) -> list[str]:
     return [needle for needle in sample.all_needles() for text in texts if needle in text]
 
 
-def test_the_corpus_is_big_and_varied() -> None:
-    kinds = {sample.kind for sample in CORPUS}
-    assert len(CORPUS) >= 60
-    assert kinds == {"secret", "injection", "html", "trace", "oversized", "control", "lookalike"}
-
-
 @pytest.mark.parametrize("sample", CORPUS, ids=[s.name for s in CORPUS])
 def test_nothing_hostile_leaves_the_boundary(
     sample: Sample, adapter: ProbeWrite, caplog: pytest.LogCaptureFixture
@@ -117,29 +110,3 @@ def test_nothing_hostile_leaves_the_boundary(
             assert result.code in ("UPSTREAM_ERROR", "CONFLICT")
             assert "field" not in result.safe_details
     assert not leaks(sample, caplog.text)
-
-
-@pytest.mark.parametrize(
-    "sample",
-    [s for s in CORPUS if s.kind in ("secret", "injection", "control")],
-    ids=[s.name for s in CORPUS if s.kind in ("secret", "injection", "control")],
-)
-def test_log_filter_scrubs_messages_arguments_extras_and_tracebacks(
-    sample: Sample, caplog: pytest.LogCaptureFixture
-) -> None:
-    logger = logging.getLogger("toolsafe.test.hostile")
-    caplog.handler.addFilter(RedactingFilter())
-    caplog.set_level(logging.DEBUG, logger=logger.name)
-    logger.error("upstream said %s", sample.text, extra={"upstream": sample.text})
-    try:
-        raise ValueError(sample.text)
-    except ValueError:
-        logger.exception("while calling the downstream")
-    logged = caplog.text + " ".join(str(getattr(r, "upstream", "")) for r in caplog.records)
-    # The filter keeps harmless words; of a control sample only the characters must go.
-    needles = sample.all_needles()
-    if sample.kind == "control":
-        needles = tuple(n for n in needles if not n.isprintable() or "stolen" in n)
-    assert needles
-    assert not [needle for needle in needles if needle in logged]
-    assert "while calling the downstream" in caplog.text or sample.kind == "injection"

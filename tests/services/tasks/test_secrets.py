@@ -225,12 +225,6 @@ def test_a_secret_tool_needs_a_key(
         client.close()
 
 
-def test_bad_keys_are_refused_without_echoing_them() -> None:
-    with pytest.raises(SettingsError) as caught:
-        Settings.from_env({"TOOLSAFE_SECRET_KEYS": f"{new_key()},not-a-key-but-secret"})
-    assert "key 2" in str(caught.value) and "not-a-key" not in str(caught.value)
-
-
 def test_corrected_input_keeps_the_secret_sealed_and_compares_it_opened(
     database: str, redis_url: str, downstream: Downstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:

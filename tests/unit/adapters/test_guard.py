@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, JsonValue
 
-from tests.support.adapters.adapter_servers import Conn, ScriptedServer
 from toolsafe.adapters import codes
 from toolsafe.adapters.envelope import (
     AnySuccess,
@@ -18,9 +17,7 @@ from toolsafe.adapters.envelope import (
     Verification,
     flagged_fields,
 )
-from toolsafe.adapters.examples.email import SendEmail
 from toolsafe.adapters.guard import call_adapter, call_lookup
-from toolsafe.adapters.http import HttpSettings
 from toolsafe.adapters.protocol import (
     Adapter,
     CallContext,
@@ -132,20 +129,6 @@ def test_other_problems_are_invalid_input(problems: list[FieldError]) -> None:
     envelope = error(call_adapter(Scripted(problems=problems), {"amount": 1}, REF))
     assert envelope.code == "INVALID_INPUT"
     assert set(flagged_fields(envelope)) == {p.field for p in problems}
-
-
-def test_send_email_rejects_a_malformed_recipient_without_sending() -> None:
-    def answer(conn: Conn) -> None:
-        if conn.read_request():
-            conn.respond(201, '{"record": {"id": "ema_1"}}')
-
-    with ScriptedServer(answer) as server:
-        adapter = SendEmail(HttpSettings(base_url=server.url, read_timeout=1))
-        raw = {"recipient_email": "bob@@example..com", "subject": "hi"}
-        envelope = error(call_adapter(adapter, raw, REF))
-    assert envelope.code == "INVALID_RECIPIENT_ADDRESS"
-    assert flagged_fields(envelope) == ("recipient_email",)
-    assert server.requests == []
 
 
 def test_a_raising_check_is_internal_and_not_committed(caplog: pytest.LogCaptureFixture) -> None:

@@ -9,18 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.pipeline.harness import Webhook
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks.app import Publisher
 from toolsafe.tasks.escalation import (
     EscalationNotice,
-    WebhookHandler,
     import_handler,
-    load_handlers,
     log_handler,
-    notify,
 )
 from toolsafe.tasks.logs import JsonFormatter
 
@@ -71,45 +67,6 @@ def test_notice_is_redacted_and_json_ready() -> None:
     assert data["history"][0]["detail"] == {"code": "LOOKUP_UNSPECIFIED"}
     assert "secret" not in json.dumps(data) and "Bearer" not in json.dumps(data)
     assert "input" not in data
-
-
-def test_webhook_posts_the_notice() -> None:
-    server = Webhook()
-    try:
-        WebhookHandler(server.url, timeout=5)(EscalationNotice.from_step(_step(), _events(), KEY))
-    finally:
-        server.stop()
-    assert server.received[0]["operation_ref"] == "run_1/step_1"
-    # The dedup key travels in the body and as the Idempotency-Key.
-    assert server.received[0]["dedup_key"] == KEY and server.keys == [KEY]
-
-
-def test_handlers_from_settings_run_in_order_and_survive_failures(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    settings = Settings.from_env(
-        {
-            "TOOLSAFE_ESCALATION_WEBHOOK_URL": "http://127.0.0.1:1/hook",
-            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": "0.5",
-            "TOOLSAFE_ESCALATION_HANDLERS": (
-                "tests.unit.tasks.test_handlers:explode, tests.unit.tasks.test_handlers:remember"
-            ),
-        }
-    )
-    handlers = load_handlers(settings)
-    assert [name for name, _ in handlers] == [
-        "log",
-        "webhook",
-        "tests.unit.tasks.test_handlers:explode",
-        "tests.unit.tasks.test_handlers:remember",
-    ]
-    RECEIVED.clear()
-    with caplog.at_level(logging.WARNING, logger="toolsafe.escalation"):
-        failed = notify(handlers, EscalationNotice.from_step(_step(), _events(), KEY))
-    assert failed == ["webhook", "tests.unit.tasks.test_handlers:explode"]
-    assert len(RECEIVED) == 1
-    events = [getattr(record, "event", None) for record in caplog.records]
-    assert events.count("escalation_handler_failed") == 2 and "step_escalated" in events
 
 
 def test_bad_handler_paths_are_settings_errors() -> None:

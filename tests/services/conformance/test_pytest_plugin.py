@@ -1,0 +1,34 @@
+"""The adapter_conformance fixture in this session: it passes a sound adapter and fails a
+broken HTTP adapter with the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.conformance import adapters
+from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.adapters.http import HttpSettings
+from toolsafe.conformance import ConformanceFailure
+from toolsafe.conformance.pytest_plugin import AdapterConformance, adapter_conformance
+
+__all__ = ["adapter_conformance"]  # the fixture, imported for this module's tests
+
+CHARGE = {"customer_id": "cus_7", "amount_cents": 300}
+INVOICE = {"customer_id": "cus_7", "amount_cents": 300, "currency": "EUR"}
+
+
+def test_the_fixture_passes_a_sound_adapter(adapter_conformance: AdapterConformance) -> None:
+    report = adapter_conformance.assert_conforms(adapters.ledger_charge, CHARGE)
+    assert report.passed and report.kind == "function"
+
+
+def test_the_fixture_fails_a_broken_http_adapter_with_the_table(
+    adapter_conformance: AdapterConformance,
+) -> None:
+    with DownstreamService() as service:
+        broken = adapters.AbsentWhenDown(HttpSettings(base_url=service.url))
+        with pytest.raises(ConformanceFailure) as caught:
+            adapter_conformance.assert_conforms(broken, INVOICE)
+    message = str(caught.value)
+    assert "FAIL  lookup: 503 with an HTML page" in message
+    assert "absent_when_down (http): FAILED" in message
