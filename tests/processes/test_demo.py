@@ -45,17 +45,46 @@ EXPECTED: dict[str, tuple[str, str | None, int, tuple[str, ...]]] = {
 }
 
 
-def _run_demo(report: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")}
-    return subprocess.run(
-        [*_toolsafe(), "demo", "--report", str(report), *options],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
+class Demo:
+    """One ``toolsafe demo`` subprocess, started at once and waited for later, so that the
+    two demos of this module run at the same time (each takes half a minute, most of it
+    waiting on its workers)."""
+
+    def __init__(self, directory: Path, *options: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")}
+        self.report = directory / "report.json"
+        self._out = (directory / "stdout.txt").open("w+", encoding="utf-8")
+        self._err = (directory / "stderr.txt").open("w+", encoding="utf-8")
+        self.process = subprocess.Popen(
+            [*_toolsafe(), "demo", "--report", str(self.report), *options],
+            cwd=ROOT,
+            env=env,
+            stdout=self._out,
+            stderr=self._err,
+            text=True,
+        )
+
+    def result(self, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        finally:
+            self._out.seek(0)
+            self._err.seek(0)
+            out, err = self._out.read(), self._err.read()
+            self._out.close()
+            self._err.close()
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._out.close()
+        self._err.close()
 
 
 def _passes_through(path: list[str], states: tuple[str, ...]) -> bool:
@@ -105,10 +134,20 @@ def _assert_report(done: subprocess.CompletedProcess[str], report: Path) -> None
     assert "downstream effects per operation_ref: at most 1" in output
 
 
-@pytest.mark.slow
-def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
-    _assert_report(_run_demo(report), report)
+@pytest.fixture(scope="module")
+def embedded_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """The demo on the embedded default, started when the module starts: it plays while
+    the Redis + PostgreSQL demo does, and its test collects the result."""
+    demo = Demo(tmp_path_factory.mktemp("embedded_demo"))
+    try:
+        yield demo
+    finally:
+        demo.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _demos_run_together(embedded_demo: Demo) -> None:
+    """Start the embedded demo before the first test of the module runs."""
 
 
 @pytest.fixture
@@ -133,13 +172,19 @@ def demo_database(pg_url: str) -> Iterator[str]:
 def test_demo_runs_on_redis_and_postgres(
     redis_url: str, demo_database: str, tmp_path: Path
 ) -> None:
-    report = tmp_path / "report.json"
+    demo = Demo(tmp_path, "--broker", redis_url, "--database", demo_database)
     try:
-        done = _run_demo(report, "--broker", redis_url, "--database", demo_database)
+        done = demo.result()
     finally:
+        demo.stop()
         # Beat kept publishing sweeps until the end: leave the session's Redis database
         # as the conftest handed it over (its lock key stays).
         flush_broker(redis_url)
-    _assert_report(done, report)
+    _assert_report(done, demo.report)
     assert "broker    redis://" in done.stdout
     assert "store     postgresql" in done.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_embedded_default(embedded_demo: Demo) -> None:
+    _assert_report(embedded_demo.result(), embedded_demo.report)
