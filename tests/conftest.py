@@ -60,7 +60,14 @@ def pg_url() -> Iterator[str]:
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
     yield f"{base}/{name}"
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # The session's database and the ones named after it (tests/support: reused
+        # databases of the pipeline harness, a store's database).
+        owned = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s",
+            (name, name.replace("_", r"\_") + r"\_%"),
+        ).fetchall()
+        for (database,) in owned:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

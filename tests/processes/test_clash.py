@@ -168,7 +168,18 @@ def test_a_project_with_its_own_tasks_and_celeryconfig_runs_toolsafe(project: Pr
 # ----------------------------------------------------------------------------- the wheel
 
 
-def test_the_wheel_holds_only_the_toolsafe_package(tmp_path: Path) -> None:
+@dataclass
+class WheelBuild:
+    process: subprocess.Popen[str]
+    out: Path
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def wheel_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WheelBuild]:
+    """``pip wheel`` of a copy of the source, started with the module: it builds while
+    the project test runs its workers, and the wheel test collects it."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source = tmp_path / "source"
     shutil.copytree(
         ROOT,
@@ -178,13 +189,37 @@ def test_the_wheel_holds_only_the_toolsafe_package(tmp_path: Path) -> None:
             ".git", ".venv", "*.egg-info", "build", "dist", "__pycache__", ".*_cache", "*.db"
         ),
     )
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "out"),
-         str(source)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    log = tmp_path / "pip.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "out"),
+             str(source)],
+            stdout=output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        yield WheelBuild(process, tmp_path / "out", log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _wheel_builds_alongside(wheel_build: WheelBuild) -> None:
+    """Start the wheel build before the first test of the module runs."""
+
+
+def test_the_wheel_holds_only_the_toolsafe_package(wheel_build: WheelBuild) -> None:
+    try:
+        wheel_build.process.wait(300)
+    except subprocess.TimeoutExpired:
+        wheel_build.process.kill()
+        wheel_build.process.wait()
+    built = subprocess.CompletedProcess(
+        wheel_build.process.args, wheel_build.process.returncode, wheel_build.log.read_text(), ""
+    )
     assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = (tmp_path / "out").glob("toolsafe-*.whl")
+    (wheel,) = wheel_build.out.glob("toolsafe-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))

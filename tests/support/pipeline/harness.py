@@ -64,21 +64,57 @@ def new_ref(prefix: str) -> str:
     return f"{prefix}/{uuid.uuid4().hex[:12]}"
 
 
+# Migrated databases handed back by fresh_database(), emptied, per session database: the
+# next module takes one instead of paying a CREATE DATABASE, a migration and a DROP
+# DATABASE (which forces a checkpoint of the whole server) of its own. The session's
+# pg_url fixture drops them with the session's database.
+_EMPTIED: dict[str, list[str]] = {}
+
+
+def _admin(base: str) -> str:
+    return f"{base}/postgres".replace("postgresql+psycopg://", "postgresql://")
+
+
+def _empty(url: str) -> None:
+    """Every table but Alembic's truncated and every identity restarted: what a fresh
+    migration leaves; other connections to the database are ended first."""
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables"
+                " WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+            )
+        ]
+        if tables:
+            listed = ", ".join(f'"{table}"' for table in tables)
+            conn.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
+
+
 @contextlib.contextmanager
 def fresh_database(pg_url: str, suffix: str) -> Iterator[str]:
-    """A migrated database of its own next to the session's (dropped afterwards)."""
+    """A migrated, empty database of its own next to the session's. On exit it is emptied
+    (``_empty``: as fresh as a new one) and kept for the next caller."""
     base, _, session_db = pg_url.rpartition("/")
-    name = f"{session_db}_{suffix}"[:63]
-    admin = f"{base}/postgres".replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"{base}/{name}"
-    try:
+    free = _EMPTIED.setdefault(pg_url, [])
+    if free:
+        url = free.pop()
+    else:
+        name = f"{session_db}_{suffix}"[:63]
+        with psycopg.connect(_admin(base), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = f"{base}/{name}"
         migrate(url)
+    try:
         yield url
     finally:
-        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _empty(url)
+        free.append(url)
 
 
 class Webhook:
