@@ -12,7 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
 
 from tests.mcp.support import kill_mcp_servers, meta, stdio_session, structured, text
 from tests.pipeline.harness import Cluster, cluster_for
@@ -45,6 +47,17 @@ def _ref() -> str:
     return f"mcp-t/{uuid.uuid4().hex[:10]}"
 
 
+async def _settled(
+    session: ClientSession, tool: str, arguments: dict[str, Any], ref: str
+) -> CallToolResult:
+    """Call until the answer is no longer "in progress" (each call waits up to 1 s)."""
+    for _ in range(30):
+        answer = await session.call_tool(tool, arguments, meta=meta({REF: ref}))
+        if "in_progress" not in structured(answer):
+            return answer
+    raise AssertionError(f"{ref} is still in progress: {text(answer)}")
+
+
 def test_calls_replays_and_tasks_across_server_restarts(
     setup: Setup,
 ) -> None:
@@ -59,6 +72,7 @@ def test_calls_replays_and_tasks_across_server_restarts(
     replayed = {"toolsafe/call_id": "call_Ab12", "toolsafe/session": run_id}
     replayed_ref = f"mcp:{run_id}:call_Ab12"
     cluster.fault(fault="rate_limit", operation_ref=replayed_ref, times=1, retry_after=1)
+    email_ref = _ref()
 
     async def first() -> None:
         async with stdio_session(cluster.env, setup.directory, "--wait", "1") as session:
@@ -89,12 +103,26 @@ def test_calls_replays_and_tasks_across_server_restarts(
                 for entry in cluster.client.runtime.store.events(ref)
             )
 
+            # A step that needs input: the same call with the flagged field fixed is the
+            # correction, under the same ref.
+            wrong = {"recipient_email": "ana@exmaple.com", "subject": "Hi", "body": "x"}
+            asked = await _settled(session, "send_email", wrong, email_ref)
+            assert asked.is_error is True and structured(asked)["code"] == (
+                "INVALID_RECIPIENT_ADDRESS"
+            )
+            assert (asked.meta or {})["toolsafe/state"] == "needs_input"
+            fixed = await _settled(
+                session, "send_email", {**wrong, "recipient_email": "ana@example.com"}, email_ref
+            )
+            assert fixed.is_error is False and structured(fixed)["operation_ref"] == email_ref
+
             cut = await session.call_tool("create_invoice", INVOICE, meta=meta(replayed))
             assert cut.is_error is False and structured(cut)["operation_ref"] == replayed_ref
             kill_mcp_servers()  # the answer never reaches the model
 
     anyio.run(first)
     assert cluster.effects(ref) == 1
+    assert cluster.effects(email_ref) == 1
 
     done_ref, approval_ref, unknown_ref = _ref(), _ref(), _ref()
     cluster.fault(fault="require_approval", operation_ref=approval_ref, times=1)
