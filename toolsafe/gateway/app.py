@@ -122,7 +122,9 @@ def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
     except ImportError:
         return None
     settings = state.settings
-    return StreamableMCP(state.aclient, wait=settings.mcp_wait, max_body=settings.gateway_max_body)
+    # A tools/call holds its request like ?wait= does: never beyond the gateway's bound.
+    wait = min(settings.mcp_wait, settings.gateway_max_wait)
+    return StreamableMCP(state.aclient, wait=wait, max_body=settings.gateway_max_body)
 
 
 def create_gateway(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
 from mcp.server.context import ServerRequestContext
@@ -27,7 +28,6 @@ from mcp_types import (
     Tool,
 )
 
-from toolsafe import __version__
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import InvalidInput, UnknownToolError
 from toolsafe.agents.definitions import mcp_tools
@@ -42,6 +42,14 @@ from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import StepView
 
 log = logging.getLogger("toolsafe.mcp")
+
+
+def _version() -> str:
+    try:
+        return version("toolsafe")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "0+unknown"
+
 
 # The JSON-RPC error a refused tasks/cancel answers with: the step's outcome is unknown
 # (or it is over), so cancelling would lie about it.
@@ -82,7 +90,7 @@ class ToolsafeMCP:
         self.process_scope = "p" + secrets.token_hex(8)
         self.server: Server[Any] = Server(
             name,
-            version=__version__,
+            version=_version(),
             instructions=(
                 "Tools run through toolsafe: a write happens at most once per "
                 "operation_ref. An answer with in_progress is not an error; ask again "
