@@ -117,9 +117,8 @@ def mcp_ref(
     if given is not None:
         if not isinstance(given, str) or not given:
             raise ValueError(f"_meta[{MCP_META_REF!r}] must be a non-empty string")
-        ref = given if namespace is None else f"{namespace}/{given}"
-        if namespace is not None and given.startswith(f"{namespace}/"):
-            ref = given
+        inside = namespace is None or given.startswith(f"{namespace}/")
+        ref = given if inside else f"{namespace}/{given}"
         if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
             raise ValueError(
                 f"_meta[{MCP_META_REF!r}] is not a usable operation_ref: 1 to "
