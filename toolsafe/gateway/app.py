@@ -14,6 +14,7 @@ from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
 from toolsafe.gateway.state import Gateway
+from toolsafe.gateway.ui import routes as ui
 from toolsafe.recovery.store.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.client import Client
@@ -128,6 +129,7 @@ def create_gateway(
     for module in (tools, actions, events, calls):  # the more specific paths first
         app.include_router(module.router, prefix="/v1")
     problems.install(app)
+    ui.install(app, app.state.gateway)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
