@@ -71,6 +71,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "TOOL": "an argument's metavar in --help",
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",
+    "REFERENCE": "an argument's metavar in --help",
     "DURATION": "an argument's metavar in --help",
     "SECONDS": "an argument's metavar in --help",
     "PASSED": "a word of the conformance report",

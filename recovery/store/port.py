@@ -249,7 +249,10 @@ class StorePort(Protocol):
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> Recorded:
         """An escalated step → pending (verifying first when the outcome is unknown),
-        succeeded or failed, with the operator's reason."""
+        succeeded (with ``evidence``) or failed (with ``confirm_not_written`` when the
+        write may have happened), with the operator's reason; refused otherwise."""
         ...

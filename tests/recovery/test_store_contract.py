@@ -782,6 +782,7 @@ def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> No
         traits=WRITE,
         policy=POLICY,
         now=LATER,
+        evidence="ledger/81" if to is S.SUCCEEDED else None,
     )
     assert recorded.step.state is to
     kind, src, dst, detail = last(store)
@@ -791,6 +792,24 @@ def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> No
         "checked the ledger",
         to.value,
     )
+    assert detail.get("evidence") == ("ledger/81" if to is S.SUCCEEDED else None)
+
+
+def test_resolve_refuses_what_an_honest_resolution_lacks(store: StorePort) -> None:
+    after(store, unknown, traits=BLIND_WRITE)  # a write whose outcome is unknown
+
+    def resolve(to: StepState, **proof: Any) -> Any:
+        return store.resolve(
+            REF, operator="o", reason="r", to=to, traits=BLIND_WRITE, policy=POLICY, now=LATER,
+            **proof,
+        )  # fmt: skip
+
+    assert unchanged(store, REF, lambda: resolve(S.SUCCEEDED)).code == "EVIDENCE_REQUIRED"
+    assert unchanged(store, REF, lambda: resolve(S.FAILED)).code == "NOT_WRITTEN_UNCONFIRMED"
+    recorded = resolve(S.FAILED, confirm_not_written=True)
+    assert (recorded.step.state, recorded.step.commit_state) == (S.FAILED, "not_committed")
+    kind, _, _, detail = last(store)
+    assert (kind, detail["confirm_not_written"]) == ("resolved", True)
 
 
 def test_resolve_re_drives_with_a_fresh_budget(store: StorePort) -> None:

@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[state.value for state in StepState if state in RESOLUTION_TARGETS],
     )
     resolve.add_argument("--reason", required=True)
+    resolve.add_argument(
+        "--evidence", default=None, metavar="REFERENCE",
+        help="the downstream reference you checked (an invoice id, a URL); required with "
+        "--to succeeded",
+    )  # fmt: skip
+    resolve.add_argument(
+        "--confirm-not-written", action="store_true",
+        help="state that a write which may have happened did not (checked downstream); "
+        "required with --to failed when the outcome is unknown",
+    )  # fmt: skip
     resolve.add_argument("--operator", default=None)
     resolve.add_argument("--json", action="store_true")
     resolve.set_defaults(handler=cli_ops.escalations_resolve)

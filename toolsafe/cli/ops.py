@@ -111,7 +111,15 @@ def _done(view: StepView, args: argparse.Namespace) -> int:
 
 
 def escalations_resolve(args: argparse.Namespace) -> int:
-    return _done(_client().resolve(args.ref, args.to, args.operator, args.reason), args)
+    view = _client().resolve(
+        args.ref,
+        args.to,
+        args.operator,
+        args.reason,
+        evidence=args.evidence,
+        confirm_not_written=args.confirm_not_written,
+    )
+    return _done(view, args)
 
 
 def escalations_redrive(args: argparse.Namespace) -> int:
