@@ -68,6 +68,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "FILE": "an argument's metavar in --help",
     "NAME": "an argument's metavar in --help",
     "PATCH": "an HTTP method",
+    "DENY": "an X-Frame-Options value (the status page)",
     "TOOL": "an argument's metavar in --help",
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",

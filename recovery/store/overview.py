@@ -86,7 +86,7 @@ class Count:
     capped: bool
 
     def __str__(self) -> str:
-        return f"{COUNT_CAP:,}+" if self.capped else f"{self.value:,}"
+        return f"{self.value:,}+" if self.capped else f"{self.value:,}"
 
 
 class Overview:

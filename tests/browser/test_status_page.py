@@ -268,6 +268,13 @@ def test_a_refused_action_shows_its_reason(
             form={"csrf": "forged", "reason": "x"},
         )
         assert forged.status == 403 and "token" in forged.text()
+        token = page.locator("form[action='/ui/logout'] input[name=csrf]").get_attribute("value")
+        elsewhere = context.request.post(
+            f"{setup.url}/ui/act/cancel/{setup.refs['verifying']}",
+            form={"csrf": token or "", "reason": "x"},
+            headers={"Origin": "http://elsewhere.example"},
+        )
+        assert elsewhere.status == 403 and "another site" in elsewhere.text()
     assert setup.cluster.client.runtime.store.get(setup.refs["verifying"]).state is S.VERIFYING
 
     anonymous = browser.new_context()
@@ -295,9 +302,19 @@ def test_without_javascript_an_operator_rejects_and_resolves(
         form.locator("select[name=to]").select_option("succeeded")
         form.locator("input[name=reason]").fill("found it in the ledger")
         form.locator("button").click()
+        # Succeeded only with evidence: the runtime's refusal, on the page.
+        expect(page.locator("#refusal")).to_contain_text("resolve refused: EVIDENCE_REQUIRED")
+        expect(page.locator("#state")).to_have_text("escalated")
+        form = page.locator("form[data-action=resolve]")
+        form.locator("select[name=to]").select_option("succeeded")
+        form.locator("input[name=evidence]").fill("INV-2041")
+        form.locator("input[name=reason]").fill("found it in the ledger")
+        form.locator("button").click()
         expect(page.locator("#state")).to_have_text("succeeded")
+        expect(page.locator("#group")).to_have_text("terminal: resolved by an operator")
         outcome = page.locator("#outcome")
         expect(outcome).to_contain_text("Resolved by an operator, not verified by the downstream")
+        expect(outcome).to_contain_text("Evidence given: INV-2041")
         expect(outcome).not_to_contain_text("confirmed by the downstream")
         page.screenshot(path=str(screenshots / "resolved-by-operator.png"), full_page=True)
 

@@ -13,7 +13,7 @@ from toolsafe.adapters.redaction import redact
 from toolsafe.recovery.secrets import is_sealed
 from toolsafe.recovery.states import TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
-from toolsafe.tasks.views import safe_envelope
+from toolsafe.tasks.views import RESOLVED_BY_OPERATOR, resolved_by_operator, safe_envelope
 
 S = StepState
 
@@ -39,7 +39,7 @@ GROUPS: Final = (
           "an operator approves or rejects"),
     Group("queued", ui_group(S.PENDING), (S.PENDING,), "due now; a worker will claim it"),
     Group("running", ui_group(S.IN_FLIGHT), (S.IN_FLIGHT,), "a worker holds it under a lease"),
-    Group("terminal", ui_group(S.SUCCEEDED), (S.SUCCEEDED, S.FAILED, S.ESCALATED, S.CANCELLED),
+    Group("terminal", ui_group(S.SUCCEEDED), tuple(s for s in StepState if s in TERMINAL),
           "succeeded with evidence, failed, escalated (an operator resolves), cancelled"),
 )  # fmt: skip
 """The article's groups first, then work in progress, then the terminal states."""
@@ -66,15 +66,25 @@ def group_of(state: StepState) -> Group:
     return next(group for group in GROUPS if state in group.states)
 
 
+def group_title(step: StepRecord) -> str:
+    """The step's group as its view names it: a step an operator closed is "resolved by
+    an operator", never among the results toolsafe confirmed."""
+    if resolved_by_operator(step):
+        return f"terminal: {RESOLVED_BY_OPERATOR}"
+    group = group_of(step.state)
+    return f"terminal: {TERMINAL_TITLES[step.state]}" if group.key == "terminal" else group.title
+
+
 @dataclass(frozen=True)
 class Evidence:
-    """What a succeeded step's success rests on."""
+    """What a succeeded step's success rests on, or how an operator closed a step."""
 
     by_operator: bool
     evidence_ref: str | None
     checked_at: str | None
     operator: str | None
     reason: str | None
+    confirm_not_written: bool = False
 
     @property
     def verified(self) -> bool:
@@ -83,21 +93,25 @@ class Evidence:
 
 
 def evidence_of(step: StepRecord) -> Evidence | None:
-    """A succeeded step's evidence; None for any other state."""
-    if step.state is not S.SUCCEEDED:
+    """A succeeded step's evidence, or an operator's closing of a failed one; None for
+    any other step."""
+    by_operator = resolved_by_operator(step)
+    if step.state is not S.SUCCEEDED and not by_operator:
         return None
     envelope = safe_envelope(step.last_envelope) or {}
     verification = envelope.get("verification")
     verification = verification if isinstance(verification, Mapping) else {}
-    result = envelope.get("result")
-    result = result if isinstance(result, Mapping) else {}
-    by_operator = result.get("resolved_by") == "operator"
+    # A success carries the operator's words in its result, a failure in safe_details.
+    said = envelope.get("result") if step.state is S.SUCCEEDED else envelope.get("safe_details")
+    said = said if isinstance(said, Mapping) else {}
+    evidence = said.get("evidence") if by_operator else verification.get("evidence_ref")
     return Evidence(
         by_operator=by_operator,
-        evidence_ref=_text(verification.get("evidence_ref")),
+        evidence_ref=_text(evidence),
         checked_at=_text(verification.get("checked_at")),
-        operator=_text(result.get("operator")) if by_operator else None,
-        reason=_text(result.get("reason")) if by_operator else None,
+        operator=_text(said.get("operator")) if by_operator else None,
+        reason=_text(said.get("reason")) if by_operator else None,
+        confirm_not_written=by_operator and said.get("confirm_not_written") is True,
     )
 
 
@@ -109,11 +123,12 @@ def status_line(step: StepRecord) -> str:
     """One line on what the step is doing, as the overview shows it."""
     envelope = safe_envelope(step.last_envelope) or {}
     code = envelope.get("code")
+    evidence = evidence_of(step)
+    if evidence is not None and evidence.by_operator:
+        proof = f", evidence {evidence.evidence_ref}" if evidence.evidence_ref else ""
+        return f"resolved by an operator ({evidence.operator or 'unnamed'}{proof}), not verified"
     if step.state is S.SUCCEEDED:
-        evidence = evidence_of(step)
         assert evidence is not None
-        if evidence.by_operator:
-            return f"closed by operator {evidence.operator or ''}, not verified".replace("  ", " ")
         if evidence.verified:
             return f"verified: {evidence.evidence_ref or 'checked at ' + str(evidence.checked_at)}"
         return "no evidence recorded: not shown as a success"

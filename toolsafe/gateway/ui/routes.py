@@ -275,7 +275,7 @@ def _step_context(ui: UiState, ref: str) -> dict[str, Any]:
     return {
         "step": step,
         "view": view,
-        "group": present.group_of(step.state),
+        "group": present.group_title(step),
         "envelope": safe_envelope(step.last_envelope),
         "evidence": present.evidence_of(step),
         "stops": stops,
@@ -346,7 +346,11 @@ def _carry_out(
         raise TransitionRefused(
             R.INVALID_RESOLUTION, f"resolve to succeeded or failed, not {to or 'nothing'}"
         )
-    return lambda: client.resolve(ref, to, by, reason)
+    evidence = form.get("evidence", "").strip() or None
+    confirmed = form.get("confirm_not_written") == "yes"
+    return lambda: client.resolve(
+        ref, to, by, reason, evidence=evidence, confirm_not_written=confirmed
+    )
 
 
 @router.post("/act/{action}/{operation_ref:path}", response_model=None)
