@@ -46,6 +46,7 @@ class Setup:
     cluster: Cluster
     server: GatewayServer
     operator: str
+    agent: str
     run: str
     refs: dict[str, str] = field(default_factory=dict)
 
@@ -103,7 +104,7 @@ def setup(pg_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory)
         with gateway_for(cluster.env, directory) as server:
             worker.wait_ready(WORKER_STARTUP)
             # Agent keys are namespaced by their name: refs start with `agent/`.
-            setup = Setup(cluster, server, operator, f"agent/{new_ref('ui')}")
+            setup = Setup(cluster, server, operator, agent, f"agent/{new_ref('ui')}")
             with GatewayClient(server.url, agent, timeout=30) as client:
                 for name, (tool, given, faults, _) in PLAN.items():
                     ref = f"{setup.run}/{name}"
@@ -174,6 +175,14 @@ def test_each_state_group_shows_its_steps(
         assert due is not None
         expect(retry).to_have_attribute("data-due", due.isoformat())
         page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+
+        # Live: a step submitted now shows up without a reload (the overview's stream).
+        expect(page.locator("#live-status")).to_have_text(re.compile(r"^(live|updated)"))
+        fresh = f"{setup.run}/live"
+        with GatewayClient(setup.url, setup.agent, timeout=30) as client:
+            client.submit("create_invoice", INVOICE, fresh)
+        expect(page.locator(f"#group-terminal tr[data-ref='{fresh}']")).to_have_count(1)
+        expect(page.locator("#group-terminal h2 .count")).to_have_text("6")
 
         page.select_option("select[name=group]", "approval")
         page.click(".filters button[type=submit]")

@@ -9,12 +9,11 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolsafe.gateway import problems
+from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
 from toolsafe.gateway.state import Gateway
-from toolsafe.gateway.ui import routes as ui
 from toolsafe.recovery.store.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.client import Client

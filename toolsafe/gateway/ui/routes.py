@@ -1,33 +1,29 @@
-"""The status page's routes under ``/ui``: login and logout, the overview, a step's page,
-the operator actions (forms with a CSRF token and a reason), and the two event streams
-the page's script listens to. Every page reads without JavaScript."""
+"""The status page's routes under ``/ui``: login and logout, the overview, a step's page
+and the operator actions (forms with a CSRF token and a reason). Every page reads and
+works without JavaScript; ``streams.py`` has the event streams its script listens to."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
 from toolsafe.adapters.errors import ToolsafeError
-from toolsafe.gateway.routes.events import KEEPALIVE_SECONDS, step_stream
 from toolsafe.gateway.state import Gateway
 from toolsafe.gateway.ui import present
 from toolsafe.gateway.ui.session import Session, Sessions
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import RESOLUTION_TARGETS, WAITING, StepState
-from toolsafe.recovery.store import StepNotFound, StepStore
-from toolsafe.recovery.store.feed import ANY
+from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.overview import Count, Overview, StepFilter
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import build_view, safe_envelope
@@ -38,8 +34,6 @@ PER_GROUP: Final = 10
 PAGE: Final = 50
 ACTIONS: Final = ("approve", "reject", "resolve", "redrive", "cancel")
 STATIC: Final = {"ui.js": "text/javascript", "ui.css": "text/css"}
-OVERVIEW_COALESCE: Final = 0.5
-"""The overview stream tells of changes at most this often (the page re-reads them all)."""
 
 templates = Environment(
     loader=PackageLoader("toolsafe.gateway.ui", "templates"),
@@ -64,7 +58,7 @@ class UiState:
         self.overview = overview
 
 
-def _ui(request: Request) -> UiState:
+def ui_state(request: Request) -> UiState:
     found: UiState = request.app.state.ui
     return found
 
@@ -76,7 +70,7 @@ def _render(
     status: int = 200,
     **context: Any,
 ) -> HTMLResponse:
-    ui = _ui(request)
+    ui = ui_state(request)
     csrf = ui.sessions.csrf_token(session) if session is not None else ""
     html = templates.get_template(name).render(
         session=session,
@@ -123,7 +117,7 @@ def login_page(request: Request, next: str = "/ui/") -> Response:
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    ui = _ui(request)
+    ui = ui_state(request)
     form = await _form(request)
     target = _safe_next(form.get("next", "/ui/"))
     if not _same_origin(request):
@@ -138,7 +132,7 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    ui = _ui(request)
+    ui = ui_state(request)
     session = await run_in_threadpool(ui.sessions.of, request)
     form = await _form(request)
     if session is not None and not ui.sessions.csrf_ok(session, form.get("csrf")):
@@ -202,7 +196,7 @@ def overview(
     prefix: str = "",
     before: str = "",
 ) -> Response:
-    ui = _ui(request)
+    ui = ui_state(request)
     session = ui.sessions.of(request)
     if session is None:
         return _to_login(request)
@@ -300,7 +294,7 @@ def _actions_for(state: StepState) -> tuple[str, ...]:
     return ()
 
 
-def _step_ref(session: Session, ref: str) -> str | None:
+def step_ref(session: Session, ref: str) -> str | None:
     try:
         return session.principal.existing(ref)
     except StepNotFound:
@@ -309,11 +303,11 @@ def _step_ref(session: Session, ref: str) -> str | None:
 
 @router.get("/steps/{operation_ref:path}", response_model=None)
 def step_page(request: Request, operation_ref: str, done: str = "") -> Response:
-    ui = _ui(request)
+    ui = ui_state(request)
     session = ui.sessions.of(request)
     if session is None:
         return _to_login(request)
-    ref = _step_ref(session, operation_ref)
+    ref = step_ref(session, operation_ref)
     try:
         if ref is None:
             raise StepNotFound(operation_ref)
@@ -355,7 +349,7 @@ def _carry_out(
 
 @router.post("/act/{action}/{operation_ref:path}", response_model=None)
 async def act(request: Request, action: str, operation_ref: str) -> Response:
-    ui = _ui(request)
+    ui = ui_state(request)
     session = await run_in_threadpool(ui.sessions.of, request)
     if session is None:
         return _to_login(request)
@@ -364,7 +358,7 @@ async def act(request: Request, action: str, operation_ref: str) -> Response:
         return _render(request, "error.html", session, 403, message=CROSS_SITE)
     if not ui.sessions.csrf_ok(session, form.get("csrf")):
         return _render(request, "error.html", session, 403, message=STALE_FORM)
-    ref = _step_ref(session, operation_ref)
+    ref = step_ref(session, operation_ref)
     if action not in ACTIONS or ref is None:
         return _render(request, "error.html", session, 404, message="no such action or step")
     by = session.principal.by("status page")
@@ -390,83 +384,3 @@ async def act(request: Request, action: str, operation_ref: str) -> Response:
             **context,
         )
     return RedirectResponse(f"/ui/steps/{quote(ref, safe='/')}?done={action}", status_code=303)
-
-
-# ---------------------------------------------------------------------- live updates
-
-
-def _unauthorized() -> Response:
-    return Response("sign in first", status_code=401, media_type="text/plain")
-
-
-@router.get("/stream/{operation_ref:path}", response_model=None)
-async def step_events(request: Request, operation_ref: str, after: str = "0") -> Response:
-    """The step's events after ``after`` (the page's last), from the gateway's stream."""
-    ui = _ui(request)
-    session = await run_in_threadpool(ui.sessions.of, request)
-    if session is None:
-        return _unauthorized()
-    ref = _step_ref(session, operation_ref)
-    store = ui.gateway.client.runtime.store
-    try:
-        if ref is None:
-            raise StepNotFound(operation_ref)
-        await run_in_threadpool(store.get, ref)
-    except StepNotFound:
-        return Response("no such step", status_code=404, media_type="text/plain")
-    resume = request.headers.get("last-event-id", after)
-    ui.gateway.enter_wait()
-    ui.gateway.leave_wait()
-    return StreamingResponse(
-        step_stream(ui.gateway, ref, int(resume) if resume.isdigit() else 0),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-@router.get("/events", response_model=None)
-async def overview_events(request: Request) -> Response:
-    """``event: changed`` whenever any step changes (at most every half second): the
-    overview reads itself again."""
-    ui = _ui(request)
-    session = await run_in_threadpool(ui.sessions.of, request)
-    if session is None:
-        return _unauthorized()
-    ui.gateway.enter_wait()
-    ui.gateway.leave_wait()
-    return StreamingResponse(
-        _changes(ui.gateway),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-async def _changes(state: Gateway) -> AsyncIterator[str]:
-    deadline = time.monotonic() + state.settings.gateway_max_wait
-    state.waits += 1
-    try:
-        with state.client.runtime.feed.subscribe(ANY) as changes:
-            yield ": listening\n\n"
-            while (remaining := deadline - time.monotonic()) > 0:
-                if await changes.wait_async(min(remaining, KEEPALIVE_SECONDS)):
-                    yield "event: changed\ndata: {}\n\n"
-                    await asyncio.sleep(OVERVIEW_COALESCE)
-                else:
-                    yield ": keep-alive\n\n"
-    finally:
-        state.leave_wait()
-
-
-def install(app: FastAPI, gateway: Gateway) -> None:
-    """Mount the page on the gateway's app; it reads the database store, so a gateway
-    over the in-memory store (tests of other parts) has no page."""
-    store = gateway.client.runtime.store
-    if not isinstance(store, StepStore):
-        return
-    sessions = Sessions(gateway.authenticator, gateway.settings.ui_session_key)
-    app.state.ui = UiState(gateway, sessions, Overview(store.engine))
-    app.include_router(router)
-
-    @app.get("/ui", include_in_schema=False)
-    def ui_root() -> RedirectResponse:
-        return RedirectResponse("/ui/", status_code=307)
