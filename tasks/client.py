@@ -163,21 +163,21 @@ class Client:
         step = submitted.step
         runtime.faults.hit("after_submit_commit", step.operation_ref)
         if submitted.event is not None:
-            self._publish_after_commit(step.operation_ref, now)
+            self._publish_after_commit(step.operation_ref, now, step.tool)
             # Nothing happened to a new step yet: its only event is the one just written.
             return Submission(build_view(step, (submitted.event,)), True)
         # An earlier submitter committed but may have died before publishing.
         if (
             step.state is StepState.PENDING
             and self._unpublished(step, now)
-            and self._publish_after_commit(step.operation_ref, now)
+            and self._publish_after_commit(step.operation_ref, now, step.tool)
         ):
             runtime.store.mark_published(step.operation_ref, utcnow())
         return Submission(self.view(step.operation_ref), False)
 
-    def _publish_after_commit(self, operation_ref: str, now: datetime) -> bool:
+    def _publish_after_commit(self, operation_ref: str, now: datetime, tool: str) -> bool:
         try:
-            self.hints.execute(operation_ref, None, now)
+            self.hints.execute(operation_ref, None, now, tool=tool)
         except (KombuOperationalError, OSError) as error:
             log.warning(
                 "step committed, hint not published (the sweeper will): %s",

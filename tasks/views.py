@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from toolsafe.adapters.redaction import clean_text, redact
 from toolsafe.recovery.reasons import OPERATOR_RESOLVED
+from toolsafe.recovery.secrets import is_sealed
 from toolsafe.recovery.states import NEEDS_AGENT, NO_OUTCOME_YET, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
@@ -141,6 +143,35 @@ def safe_detail(detail: Mapping[str, Any]) -> dict[str, str | int | float | bool
             if scalar is not None:
                 picked[key] = scalar
     return picked
+
+
+SEALED_SHOWN: Final = "[secret]"
+_INPUT_DEPTH: Final = 8
+_INPUT_ITEMS: Final = 100
+
+
+def redacted_input(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A step's stored input as an operator may see it: secret fields (sealed at rest)
+    shown as ``[secret]``, strings cleaned, scanned for secrets and capped, nesting and
+    lists bounded. Never opens a sealed value."""
+
+    def shown(value: object, depth: int) -> object:
+        if is_sealed(value):
+            return SEALED_SHOWN
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return redact(clean_text(value))[:MAX_TEXT]
+        if depth >= _INPUT_DEPTH:
+            return "[nested too deep]"
+        if isinstance(value, Mapping):
+            items = list(value.items())[:_INPUT_ITEMS]
+            return {str(key)[:MAX_TEXT]: shown(item, depth + 1) for key, item in items}
+        if isinstance(value, list | tuple):
+            return [shown(item, depth + 1) for item in value[:_INPUT_ITEMS]]
+        return f"[{type(value).__name__}]"
+
+    return {str(key)[:MAX_TEXT]: shown(value, 1) for key, value in stored.items()}
 
 
 def history(events: Sequence[EventRecord]) -> tuple[HistoryEntry, ...]:

@@ -73,6 +73,8 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",
     "REFERENCE": "an argument's metavar in --help",
+    "GROUP": "an argument's metavar in --help",
+    "PREFIX": "an argument's metavar in --help",
     "DURATION": "an argument's metavar in --help",
     "SECONDS": "an argument's metavar in --help",
     "PASSED": "a word of the conformance report",

@@ -90,9 +90,15 @@ class StorePort(Protocol):
         ...
 
     def list_steps(
-        self, states: Sequence[StepState] | None = None, limit: int = 100
+        self,
+        states: Sequence[StepState] | None = None,
+        limit: int = 100,
+        *,
+        tool: str | None = None,
+        prefix: str | None = None,
     ) -> list[StepRecord]:
-        """The newest steps first, optionally only those in ``states``."""
+        """The newest steps first, optionally only those in ``states``, of ``tool``, or
+        whose operation_ref starts with ``prefix``."""
         ...
 
     def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:

@@ -1,5 +1,5 @@
 """The status page's pure parts: signed sessions and CSRF tokens, the redirect after
-login, the redacted input and the countdown. No I/O."""
+login, the groups and the countdown. No I/O."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import pytest
 from starlette.requests import Request
 
 from toolsafe.gateway.auth import Authenticator
-from toolsafe.gateway.ui.present import FILTERS, GROUPS, countdown, redacted_input
+from toolsafe.gateway.ui.present import FILTERS, GROUPS, countdown
 from toolsafe.gateway.ui.routes import _safe_next
 from toolsafe.gateway.ui.session import COOKIE, Session, Sessions
-from toolsafe.recovery.secrets import SEALED
 from toolsafe.recovery.states import StepState
 
 KEY = "k" * 40
@@ -71,23 +70,6 @@ def test_the_csrf_token_belongs_to_one_session() -> None:
 )
 def test_login_returns_only_to_the_status_page(given: str, kept: str) -> None:
     assert _safe_next(given) == kept
-
-
-def test_the_input_shown_hides_sealed_fields_and_secrets() -> None:
-    shown = redacted_input(
-        {
-            "api_token": {SEALED: "gAAAA-token"},
-            "recipient_email": "ana@example.com",
-            "notes": ["card 4242 4242 4242 4242", 3],
-            "amount_cents": 100,
-        }
-    )
-    assert shown == {
-        "api_token": "[sealed]",
-        "recipient_email": "[REDACTED:email]",
-        "notes": ["card [REDACTED:card_number]", 3],
-        "amount_cents": 100,
-    }
 
 
 def test_the_countdown_to_not_before() -> None:

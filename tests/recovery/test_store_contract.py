@@ -219,6 +219,24 @@ def test_reads_of_a_missing_step(store: StorePort) -> None:
     assert store.events("nope") == []
 
 
+def test_list_steps_by_tool_and_ref_prefix(store: StorePort) -> None:
+    submit(store, "run_8/a")
+    submit(store, "run_81/b")
+    store.submit("send_email", INPUT, operation_ref="run_8/c", policy=POLICY, now=T0)
+    store.submit("send_email", INPUT, operation_ref="runX8/d", policy=POLICY, now=T0)
+
+    def refs(**filters: Any) -> list[str]:
+        return [step.operation_ref for step in store.list_steps(**filters)]
+
+    assert refs(prefix="run_8/") == ["run_8/c", "run_8/a"]
+    assert refs(prefix="run_8") == ["run_8/c", "run_81/b", "run_8/a"]  # "_" is no wildcard
+    assert refs(tool="send_email") == ["runX8/d", "run_8/c"]
+    assert refs(tool="send_email", prefix="run_8/", states=[S.PENDING]) == ["run_8/c"]
+    assert refs(tool="send_email", states=[S.IN_FLIGHT]) == []
+    with pytest.raises(ValueError, match="limit"):
+        store.list_steps(limit=-1)
+
+
 def test_list_steps_newest_first_by_state_and_limit(store: StorePort) -> None:
     for index in range(3):
         submit(store, f"r{index}")

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from toolsafe.adapters.redaction import redact
-from toolsafe.recovery.secrets import is_sealed
-from toolsafe.recovery.states import TERMINAL, StepState, ui_group
+from toolsafe.recovery.states import DUE_LATER, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 from toolsafe.tasks.views import RESOLVED_BY_OPERATOR, resolved_by_operator, safe_envelope
 
@@ -45,6 +43,8 @@ GROUPS: Final = (
 """The article's groups first, then work in progress, then the terminal states."""
 
 BY_KEY: Final = {group.key: group for group in GROUPS}
+SHOWS_NOT_BEFORE: Final = DUE_LATER
+"""States whose row and page show ``not_before`` with a countdown."""
 TERMINAL_TITLES: Final = {
     S.SUCCEEDED: "succeeded with evidence",
     S.FAILED: "failed",
@@ -145,20 +145,6 @@ def status_line(step: StepRecord) -> str:
     if step.state is S.IN_FLIGHT:
         return f"attempt {step.attempts} of {step.max_attempts}, lease to {step.lease_owner}"
     return "queued"
-
-
-def redacted_input(value: Any) -> Any:
-    """The stored input as an operator may see it: sealed fields hidden, and secrets
-    (keys, tokens, card numbers, emails) in any text replaced by ``[REDACTED:<kind>]``."""
-    if is_sealed(value):
-        return "[sealed]"
-    if isinstance(value, Mapping):
-        return {str(key): redacted_input(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [redacted_input(item) for item in value]
-    if isinstance(value, str):
-        return redact(value)
-    return value
 
 
 @dataclass(frozen=True)

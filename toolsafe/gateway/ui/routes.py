@@ -26,7 +26,7 @@ from toolsafe.recovery.states import RESOLUTION_TARGETS, WAITING, StepState
 from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.overview import Count, Overview, StepFilter
 from toolsafe.tasks.runtime import utcnow
-from toolsafe.tasks.views import build_view, safe_envelope
+from toolsafe.tasks.views import build_view, redacted_input, safe_envelope
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -274,7 +274,7 @@ def _step_context(ui: UiState, ref: str) -> dict[str, Any]:
         "evidence": present.evidence_of(step),
         "stops": stops,
         "work": [stop for stop in stops if stop.event.kind in WORK_KINDS],
-        "input": present.redacted_input(step.input),
+        "input": redacted_input(step.input),
         "actions": _actions_for(step.state),
         "last_event": events[-1].id if events else 0,
         "resolution_targets": sorted(state.value for state in RESOLUTION_TARGETS),
