@@ -20,7 +20,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from tests.gateway.harness import GatewayServer, bearer, gateway_for, make_key
 from tests.pipeline.harness import WORKER_STARTUP, Cluster, cluster_for, new_ref
 from toolsafe.gateway.client import GatewayClient
+from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.tasks.runtime import utcnow
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -331,3 +334,20 @@ def test_without_javascript_an_operator_rejects_and_resolves(
         row = page.locator(f"tr[data-ref='{setup.refs['resolve']}']")
         expect(row).to_contain_text("resolved by an operator")
         expect(row).not_to_contain_text("verified:")
+
+
+def test_revoking_the_key_ends_its_sessions(setup: Setup) -> None:
+    database = setup.cluster.env["TOOLSAFE_DATABASE_URL"]
+    token = make_key(database, "leaving", "operator")
+    with httpx.Client(base_url=setup.url, timeout=30) as http:
+        signed_in = http.post("/ui/login", data={"key": token, "next": "/ui/"})
+        assert signed_in.status_code == 303 and "HttpOnly" in signed_in.headers["set-cookie"]
+        assert "SameSite=strict" in signed_in.headers["set-cookie"]
+        assert http.get("/ui/").status_code == 200
+        engine = make_engine(database)
+        try:
+            KeyStore(engine).revoke("leaving", now=utcnow())
+        finally:
+            engine.dispose()
+        after = http.get("/ui/")
+        assert after.status_code == 303 and after.headers["location"].startswith("/ui/login")
