@@ -68,6 +68,7 @@ BAD: dict[str, str] = {
     "TOOLSAFE_VERIFY_MAX_DELAY": "0.1",
     "TOOLSAFE_VISIBILITY_TIMEOUT": "600",
     "TOOLSAFE_WORKER_ETA_TASK_LIMIT": "-1",
+    "TOOLSAFE_UI_SESSION_KEY": "short",
 }
 VARIABLES = known_variables({})
 

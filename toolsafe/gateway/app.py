@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolsafe.gateway import problems
+from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
@@ -167,6 +167,7 @@ def create_gateway(
         app.router.routes.append(
             Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
         )
+    ui.install(app, app.state.gateway)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
