@@ -1,0 +1,171 @@
+"""toolsafe tools for the OpenAI Agents SDK (``pip install 'toolsafe[openai-agents]'``).
+
+``ToolsafeTools(client, scope=...)`` turns registered tools into async ``FunctionTool``s:
+
+- each call is submitted under the operation_ref derived from the SDK's ``call_id`` and
+  ``scope`` (the run, thread or session id the application keeps across a replay), so a
+  replayed call returns the stored envelope instead of writing again;
+- the tool output is the step's envelope (JSON), or, for a step toolsafe is still
+  working on, an honest in-progress answer naming the ref, the state and ``not_before``;
+- a step awaiting approval interrupts the run through the SDK's own approval flow
+  (``needs_approval``, ``result.interruptions``); :meth:`ToolsafeTools.approve` and
+  :meth:`ToolsafeTools.reject` record the approver's decision in toolsafe and in the
+  ``RunState``, and ``Runner.run(agent, state)`` resumes;
+- a step needing input hands the model the envelope; the model calls the tool again with
+  the corrected fields and the ``operation_ref`` the envelope named, and the correction
+  goes to ``provide_input`` under that same ref.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from copy import deepcopy
+from typing import Any, Final
+
+from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
+from agents.tool_context import ToolContext
+
+from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON
+from toolsafe.integrations import _calls
+from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
+from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.views import StepView
+
+STACK: Final = "openai-agents"
+REF_ARGUMENT: Final = "operation_ref"
+_REF_PROPERTY: Final = {
+    "type": "string",
+    "description": (
+        "Leave out, except to correct a call whose result asked for corrected input "
+        "(next_action correct_input): then that result's operation_ref, with the "
+        "corrected fields."
+    ),
+}
+
+
+class ToolsafeTools:
+    """The registered tools as Agents SDK function tools, all under one ``scope``."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        scope: str,
+        namespace: str | None = None,
+        wait: float = DEFAULT_WAIT,
+        tools: Iterable[str] | None = None,
+    ) -> None:
+        if not scope:
+            raise ValueError("scope must name the run, thread or session the calls belong to")
+        self.client = client
+        self.scope = scope
+        self.namespace = namespace
+        self.wait = wait
+        registry = client.client.runtime.registry
+        self.names = tuple(tools) if tools is not None else registry.tools()
+        for name in self.names:
+            registry.get(name)  # an unknown tool fails here, naming the known ones
+        # The view needs_approval settled, for the invocation that follows it.
+        self._settled: dict[str, StepView] = {}
+
+    def operation_ref(self, call_id: str) -> str:
+        """The stable operation_ref of the model's tool call ``call_id`` in this scope."""
+        return _calls.operation_ref(STACK, self.scope, call_id, self.namespace)
+
+    def tools(self) -> list[FunctionTool]:
+        return [self._tool(name) for name in self.names]
+
+    # ------------------------------------------------------------------ approvals
+
+    def step_ref(self, item: ToolApprovalItem) -> str:
+        """The operation_ref of the step an approval item stands for."""
+        raw = item.raw_item
+        call_id = getattr(raw, "call_id", None)
+        arguments = getattr(raw, "arguments", None)
+        if not isinstance(call_id, str):
+            raise ValueError("the approval item is not a function tool call")
+        parsed = _parsed(arguments if isinstance(arguments, str) else "{}") or {}
+        correcting = parsed.get(REF_ARGUMENT)
+        return correcting if isinstance(correcting, str) else self.operation_ref(call_id)
+
+    async def approve(
+        self, state: RunState[Any], item: ToolApprovalItem, *, approver: str, reason: str
+    ) -> StepView:
+        """Record the approval in toolsafe (who, why), then in the run's state."""
+        view = await self.client.approve(self.step_ref(item), approver, reason)
+        state.approve(item)
+        return view
+
+    async def reject(
+        self, state: RunState[Any], item: ToolApprovalItem, *, approver: str, reason: str
+    ) -> StepView:
+        """Record the rejection in toolsafe; the model is given the failed step's envelope."""
+        view = await self.client.reject(self.step_ref(item), approver, reason)
+        state.reject(item, rejection_message=_calls.as_text(_calls.model_output(view)))
+        return view
+
+    # ------------------------------------------------------------------ the tools
+
+    def _tool(self, name: str) -> FunctionTool:
+        adapter = self.client.client.runtime.registry.get(name)
+        schema = deepcopy(adapter.input_model.model_json_schema())
+        properties = schema.setdefault("properties", {})
+        if REF_ARGUMENT in properties:
+            raise ValueError(f"tool {name} has an input field named {REF_ARGUMENT}")
+        properties[REF_ARGUMENT] = dict(_REF_PROPERTY)
+        description = (adapter.__doc__ or name).strip().splitlines()[0]
+
+        async def needs_approval(
+            context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+        ) -> bool:
+            view = await self._settle(name, call_id, dict(params))
+            if isinstance(view, StepView):
+                self._settled[call_id] = view
+                return _calls.turn_of(view) is Turn.AWAITING_APPROVAL
+            return False
+
+        async def invoke(context: ToolContext[Any], arguments: str) -> str:
+            view = self._settled.pop(context.tool_call_id, None)
+            if view is None or _calls.turn_of(view) is Turn.AWAITING_APPROVAL:
+                # Resumed after a decision (maybe in another process): look again.
+                found = await self._settle(name, context.tool_call_id, _parsed(arguments))
+                if not isinstance(found, StepView):
+                    return _calls.as_text(found)
+                view = found
+            return _calls.as_text(_calls.model_output(view))
+
+        return FunctionTool(
+            name=name,
+            description=description,
+            params_json_schema=schema,
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+            needs_approval=needs_approval,
+        )
+
+    async def _settle(
+        self, tool: str, call_id: str, args: Mapping[str, Any] | None
+    ) -> StepView | dict[str, Any]:
+        """The step of this call, settled up to the wait bound; or a refusal's answer."""
+        if args is None:
+            return _calls.refused(INPUT_NOT_JSON, "the arguments are not a JSON object")
+        payload = dict(args)
+        correcting = payload.pop(REF_ARGUMENT, None)
+        if correcting is not None and not isinstance(correcting, str):
+            return _calls.refused(INPUT_NOT_AN_OBJECT, f"{REF_ARGUMENT} must be a string")
+        ref = correcting or self.operation_ref(call_id)
+        try:
+            if correcting:
+                return await _calls.correct(self.client, tool, ref, payload, self.wait)
+            return await _calls.submit_and_settle(self.client, tool, payload, ref, self.wait)
+        except _calls.EXPECTED as error:
+            return _calls.refusal_output(error, ref)
+
+
+def _parsed(arguments: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
