@@ -215,8 +215,8 @@ def test_a_step_still_waiting_to_retry_is_reported_in_progress_not_as_an_error(
     )  # fmt: skip
     run(agent_with(tools, model), "Bill")
     answer = outputs(model.received[1])["call_rl1"]
-    assert answer["status"] == "in_progress" and answer["operation_ref"] == ref
+    assert answer["in_progress"] is True and answer["operation_ref"] == ref
     assert answer["state"] == "waiting_retry" and answer["not_before"]
-    assert "ok" not in answer
+    assert "ok" not in answer and "do not call it again" in answer["agent_message"]
     # toolsafe finishes the work by itself: one effect, later.
     cluster.wait_for(lambda: cluster.effects(ref) == 1, what="the retried write")

@@ -4,8 +4,8 @@ submit under a stable operation_ref, wait up to a bound, and tell the model the 
 No SDK is imported here. A step ends one call in one of four ways (:class:`Turn`): with
 its envelope (terminal), asking for corrected input, waiting for a human approval, or
 still being worked on by toolsafe (queued, running, waiting to retry, verifying). The
-last is never reported as an error: the model is told the operation_ref, the state and
-``not_before``, and that toolsafe finishes the work by itself.
+last is never reported as an error: the model is given ``toolsafe.agents.progress``'s
+in-progress answer (the operation_ref, the state, ``not_before``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from toolsafe.adapters.errors import InvalidInput
+from toolsafe.agents.progress import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
@@ -26,7 +27,6 @@ from toolsafe.tasks.views import StepView
 DEFAULT_WAIT: Final = 30.0
 """Seconds a tool call waits for its step to settle before it answers "in progress"."""
 
-IN_PROGRESS: Final = "in_progress"
 REFUSED: Final = "refused"
 
 NOT_THIS_CALL: Final = "NOT_THIS_CALL"
@@ -58,36 +58,17 @@ def turn_of(view: StepView) -> Turn:
     return Turn.IN_PROGRESS
 
 
-def not_before(view: StepView) -> str | None:
-    """When toolsafe next works on the step: the envelope's ``retry.not_before`` for a
-    step waiting to retry, else the step's own due time."""
-    envelope = view.envelope or {}
-    retry = envelope.get("retry")
-    if view.state is StepState.WAITING_RETRY and isinstance(retry, Mapping):
-        stated = retry.get("not_before")
-        if isinstance(stated, str):
-            return stated
-    return view.due_at.isoformat() if view.due_at is not None else None
-
-
-def in_progress(view: StepView) -> dict[str, Any]:
-    """The honest answer for a step toolsafe is still working on: not an error."""
-    return {
-        "status": IN_PROGRESS,
-        "operation_ref": view.operation_ref,
-        "tool": view.tool,
-        "state": str(view.state),
-        "not_before": not_before(view),
-        "message": view.text,
-    }
-
-
 def model_output(view: StepView) -> dict[str, Any]:
     """What the model is given for a step: its envelope once it has one that agrees with
     the state (terminal, needs input, awaiting approval), else the in-progress answer."""
     if turn_of(view) is not Turn.IN_PROGRESS and view.envelope is not None:
         return dict(view.envelope)
-    return in_progress(view)
+    if view.needs_agent:
+        # A runtime envelope agrees with every such state; this is a defence only.
+        return {"operation_ref": view.operation_ref, "state": str(view.state),
+                "message": view.text}  # fmt: skip
+    answer: dict[str, Any] = in_progress(view).model_dump(mode="json")
+    return answer
 
 
 def refused(code: str, message: str, *, operation_ref: str | None = None) -> dict[str, Any]:
@@ -117,10 +98,7 @@ def retry_prompt(view: StepView) -> str:
     envelope = view.envelope or {}
     agent_message = str(envelope.get("agent_message", "")).strip()
     fields = ", ".join(view.fields) or "the flagged fields"
-    return (
-        f"{agent_message} Correct {fields} and call {view.tool} again; "
-        "an identical input is refused."
-    ).strip()
+    return f"{agent_message} Flagged: {fields}; an identical input is refused.".strip()
 
 
 def approval_request(view: StepView) -> dict[str, Any]:
@@ -210,11 +188,3 @@ def refusal_output(error: Exception, ref: str | None = None) -> dict[str, Any]:
 EXPECTED: Final = (InvalidInput, TransitionRefused, OperationRefConflict, StepNotFound)
 """Refusals a tool call answers in-band instead of raising."""
 
-
-def operation_ref(stack: str, scope: str, call_id: str, namespace: str | None = None) -> str:
-    """PLACEHOLDER until toolsafe.agents.refs lands."""
-    import hashlib
-
-    raw = "/".join(part for part in (namespace, stack, scope, call_id) if part)
-    digest = hashlib.sha256(raw.encode()).hexdigest()[:24]
-    return f"{stack}/{digest}"

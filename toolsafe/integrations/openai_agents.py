@@ -27,12 +27,13 @@ from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
 
 from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON
+from toolsafe.agents.definitions import openai_responses_tools, tool_for_name
+from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.views import StepView
 
-STACK: Final = "openai-agents"
 REF_ARGUMENT: Final = "operation_ref"
 _REF_PROPERTY: Final = {
     "type": "string",
@@ -71,10 +72,15 @@ class ToolsafeTools:
 
     def operation_ref(self, call_id: str) -> str:
         """The stable operation_ref of the model's tool call ``call_id`` in this scope."""
-        return _calls.operation_ref(STACK, self.scope, call_id, self.namespace)
+        return openai_ref(call_id, self.scope, self.namespace)
 
     def tools(self) -> list[FunctionTool]:
-        return [self._tool(name) for name in self.names]
+        registry = self.client.client.runtime.registry
+        return [
+            self._tool(tool_for_name(registry, definition["name"]), definition)
+            for definition in openai_responses_tools(registry)
+            if tool_for_name(registry, definition["name"]) in self.names
+        ]
 
     # ------------------------------------------------------------------ approvals
 
@@ -107,14 +113,12 @@ class ToolsafeTools:
 
     # ------------------------------------------------------------------ the tools
 
-    def _tool(self, name: str) -> FunctionTool:
-        adapter = self.client.client.runtime.registry.get(name)
-        schema = deepcopy(adapter.input_model.model_json_schema())
+    def _tool(self, name: str, definition: Mapping[str, Any]) -> FunctionTool:
+        schema = deepcopy(definition["parameters"])
         properties = schema.setdefault("properties", {})
         if REF_ARGUMENT in properties:
             raise ValueError(f"tool {name} has an input field named {REF_ARGUMENT}")
         properties[REF_ARGUMENT] = dict(_REF_PROPERTY)
-        description = (adapter.__doc__ or name).strip().splitlines()[0]
 
         async def needs_approval(
             context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -136,8 +140,8 @@ class ToolsafeTools:
             return _calls.as_text(_calls.model_output(view))
 
         return FunctionTool(
-            name=name,
-            description=description,
+            name=definition["name"],
+            description=definition["description"],
             params_json_schema=schema,
             on_invoke_tool=invoke,
             strict_json_schema=False,
