@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage
-from agents.items import TResponseInputItem, TResponseOutputItem
+from agents import Agent, Model, ModelResponse, RunConfig, Runner, RunState, Usage
+from agents.items import TResponseOutputItem
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
+from tests.integrations.conftest import Processes
 from tests.pipeline.harness import Cluster
-from toolsafe.recovery.states import StepState
-from toolsafe.tasks.app import create_app
-from toolsafe.tasks.async_client import AsyncClient
-from toolsafe.tasks.client import Client
+from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations.openai_agents import ToolsafeTools
+from toolsafe.recovery.states import StepState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -85,28 +84,13 @@ def run(agent: Agent[Any], given: Any) -> Any:
     return asyncio.run(Runner.run(agent, given, run_config=config))
 
 
-@pytest.fixture
-def fresh(cluster: Cluster) -> Iterator[Callable[[], AsyncClient]]:
-    """A new client (a fresh process's) per call; all closed at the end."""
-    made: list[Client] = []
-
-    def new() -> AsyncClient:
-        client = Client(create_app(cluster.settings))
-        made.append(client)
-        return AsyncClient(client)
-
-    yield new
-    for client in made:
-        client.close()
-
-
 def agent_with(tools: ToolsafeTools, model: ScriptedModel) -> Agent[Any]:
     return Agent(name="billing", instructions="Bill customers.", tools=tools.tools(),
                  model=model)  # fmt: skip
 
 
 def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
     def script() -> list[Step]:
         return [
@@ -114,7 +98,7 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
             lambda seen: [say("Invoice created.")],
         ]
 
-    tools = ToolsafeTools(fresh(), scope="oa_run_1")
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_1")
     ref = tools.operation_ref("call_inv1")
     model = ScriptedModel(script())
     result = run(agent_with(tools, model), "Bill cus_oa 12 EUR")
@@ -126,8 +110,8 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
 
     # The process died before the answer was kept: a fresh client replays the same
     # history, the model issues the same call_id, and gets the stored envelope back.
-    replay_tools = ToolsafeTools(fresh(), scope="oa_run_1")
-    assert replay_tools.operation_ref("call_inv1") == ref
+    replay_tools = ToolsafeTools(processes.aio("second"), scope="oa_run_1")
+    assert replay_tools.operation_ref("call_inv1") == ref == openai_ref("call_inv1", "oa_run_1")
     replayed = ScriptedModel(script())
     run(agent_with(replay_tools, replayed), "Bill cus_oa 12 EUR")
     assert outputs(replayed.received[1])["call_inv1"] == first
@@ -137,7 +121,7 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
 
 
 def test_needs_input_lets_the_model_correct_under_the_same_ref(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
     email = {"recipient_email": "ana@mail.invalid", "subject": "Your invoice"}
 
@@ -147,7 +131,7 @@ def test_needs_input_lets_the_model_correct_under_the_same_ref(
         return [call("send_email", {**fixed, "operation_ref": envelope["operation_ref"]},
                      "call_em2")]  # fmt: skip
 
-    tools = ToolsafeTools(fresh(), scope="oa_run_2")
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_2")
     ref = tools.operation_ref("call_em1")
     model = ScriptedModel(
         [lambda seen: [call("send_email", email, "call_em1")], correct,
@@ -165,9 +149,9 @@ def test_needs_input_lets_the_model_correct_under_the_same_ref(
 
 
 def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
-    tools = ToolsafeTools(fresh(), scope="oa_run_3")
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_3")
     approved, rejected = tools.operation_ref("call_ap1"), tools.operation_ref("call_ap2")
     for ref in (approved, rejected):
         cluster.fault(fault="require_approval", operation_ref=ref, times=None)
@@ -183,15 +167,17 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
     assert len(model.received) == 1  # the run stopped for the approver
     assert cluster.effects(approved) == 0 and cluster.effects(rejected) == 0
 
-    # The approver decides (a fresh process: the state was saved as JSON).
-    state = result.to_state()
-    decider = ToolsafeTools(fresh(), scope="oa_run_3")
+    # The approver decides in another process: the run's state travels as JSON.
+    saved = result.to_state().to_string()
+    decider = ToolsafeTools(processes.aio("second"), scope="oa_run_3")
+    resumed_agent = agent_with(decider, model)
+    state = asyncio.run(RunState.from_string(resumed_agent, saved))
     for item in state.get_interruptions():
-        if item.raw_item.call_id == "call_ap1":
+        if getattr(item.raw_item, "call_id", None) == "call_ap1":
             asyncio.run(decider.approve(state, item, approver="alice", reason="confirmed"))
         else:
             asyncio.run(decider.reject(state, item, approver="alice", reason="duplicate"))
-    resumed = run(agent_with(decider, model), state)
+    resumed = run(resumed_agent, state)
     assert resumed.final_output == "Done."
     answers = outputs(model.received[1])
     assert answers["call_ap1"]["ok"] is True and answers["call_ap1"]["operation_ref"] == approved
@@ -204,9 +190,9 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
 
 
 def test_a_step_still_waiting_to_retry_is_reported_in_progress_not_as_an_error(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
-    tools = ToolsafeTools(fresh(), scope="oa_run_4", wait=0.5)
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_4", wait=0.5)
     ref = tools.operation_ref("call_rl1")
     cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=2)
     model = ScriptedModel(

@@ -5,7 +5,7 @@ messages it was given. No network, no API key."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,13 +22,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests
 
+from tests.integrations.conftest import Processes
 from tests.pipeline.harness import Cluster
 from toolsafe.agents.refs import pydantic_ai_ref
 from toolsafe.integrations.pydantic_ai import Decision, ToolsafeToolset
 from toolsafe.recovery.states import StepState
-from toolsafe.tasks.app import create_app
-from toolsafe.tasks.async_client import AsyncClient
-from toolsafe.tasks.client import Client
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -80,34 +78,22 @@ def returned(parts: list[Any]) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def fresh(cluster: Cluster) -> Iterator[Callable[[], AsyncClient]]:
-    made: list[Client] = []
-
-    def new() -> AsyncClient:
-        client = Client(create_app(cluster.settings))
-        made.append(client)
-        return AsyncClient(client)
-
-    yield new
-    for client in made:
-        client.close()
-
-
 def agent(toolset: ToolsafeToolset, script: Script) -> Agent[None, str | DeferredToolRequests]:
     return Agent(FunctionModel(script), toolsets=[toolset],
                  output_type=[str, DeferredToolRequests])  # fmt: skip
 
 
 def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
     def script() -> Script:
         return Script([calls(("create_invoice", INVOICE, "pa_inv1")), text("Invoiced.")])
 
     first = script()
     result = asyncio.run(
-        agent(ToolsafeToolset(fresh()), first).run("Bill cus_pa", conversation_id="pa_conv1")
+        agent(ToolsafeToolset(processes.aio("first")), first).run(
+            "Bill cus_pa", conversation_id="pa_conv1"
+        )
     )
     assert result.output == "Invoiced."
     envelope = returned(first.last_parts(1))["pa_inv1"]
@@ -120,14 +106,16 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
     # stored envelope, no second write.
     again = script()
     asyncio.run(
-        agent(ToolsafeToolset(fresh()), again).run("Bill cus_pa", conversation_id="pa_conv1")
+        agent(ToolsafeToolset(processes.aio("second")), again).run(
+            "Bill cus_pa", conversation_id="pa_conv1"
+        )
     )
     assert returned(again.last_parts(1))["pa_inv1"] == envelope
     assert cluster.effects(ref) == 1
 
 
 def test_needs_input_is_a_model_retry_and_the_correction_keeps_the_ref(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
     email = {"recipient_email": "bo@mail.invalid", "subject": "Receipt", "body": "b0dy-secret"}
     fixed = {**email, "recipient_email": "bo@mail.example.org"}
@@ -135,7 +123,11 @@ def test_needs_input_is_a_model_retry_and_the_correction_keeps_the_ref(
         [calls(("send_email", email, "pa_em1")), calls(("send_email", fixed, "pa_em2")),
          text("Sent.")]
     )  # fmt: skip
-    asyncio.run(agent(ToolsafeToolset(fresh()), script).run("Mail bo", conversation_id="pa_c2"))
+    asyncio.run(
+        agent(ToolsafeToolset(processes.aio("first")), script).run(
+            "Mail bo", conversation_id="pa_c2"
+        )
+    )
     [retry] = [part for part in script.last_parts(1) if _is_retry(part)]
     assert retry.tool_call_id == "pa_em1" and isinstance(retry.content, str)
     # Only the safe agent text and the flagged fields: no input value reaches the model.
@@ -149,7 +141,7 @@ def test_needs_input_is_a_model_retry_and_the_correction_keeps_the_ref(
 
 
 def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
-    cluster: Cluster, fresh: Callable[[], AsyncClient]
+    cluster: Cluster, processes: Processes
 ) -> None:
     approved = pydantic_ai_ref("pa_ap1-m1", "pa_c3")
     rejected = pydantic_ai_ref("pa_ap2-m1", "pa_c3")
@@ -160,7 +152,7 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
                ("create_invoice", {**INVOICE, "memo": "again"}, "pa_ap2")),
          text("Done.")]
     )  # fmt: skip
-    toolset = ToolsafeToolset(fresh())
+    toolset = ToolsafeToolset(processes.aio("first"))
     result = asyncio.run(agent(toolset, script).run("Bill", conversation_id="pa_c3"))
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
@@ -168,7 +160,9 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     assert requests.metadata["pa_ap1"]["operation_ref"] == approved
     assert len(script.received) == 1 and cluster.effects(approved) == 0
 
-    resumer = ToolsafeToolset(fresh())  # the decision comes later, in another process
+    resumer = ToolsafeToolset(
+        processes.aio("second")
+    )  # the decision comes later, in another process
     results = asyncio.run(
         resumer.approval_results(
             requests,

@@ -10,12 +10,13 @@ in-progress answer (the operation_ref, the state, ``not_before``).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
-from toolsafe.adapters.errors import InvalidInput
+from toolsafe.adapters.errors import INVALID_INPUT, InvalidInput
 from toolsafe.agents.progress import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import TERMINAL, StepState
@@ -28,6 +29,17 @@ DEFAULT_WAIT: Final = 30.0
 """Seconds a tool call waits for its step to settle before it answers "in progress"."""
 
 REFUSED: Final = "refused"
+REF_ARGUMENT: Final = "operation_ref"
+"""The argument a model sets, on the stacks where a tool is called afresh to correct a
+step (OpenAI Agents, Anthropic), to the operation_ref the envelope asking for it named."""
+_REF_PROPERTY: Final = {
+    "type": "string",
+    "description": (
+        "Leave out, except to correct a call whose result asked for corrected input "
+        "(next_action correct_input): then that result's operation_ref, with the "
+        "corrected fields."
+    ),
+}
 
 NOT_THIS_CALL: Final = "NOT_THIS_CALL"
 INTEGRATION_CODES: Final[dict[str, str]] = {
@@ -124,6 +136,25 @@ def input_request(view: StepView) -> dict[str, Any]:
     }
 
 
+def with_ref_argument(tool: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An input schema that also takes :data:`REF_ARGUMENT` (optional)."""
+    extended = copy.deepcopy(dict(schema))
+    properties = extended.setdefault("properties", {})
+    if REF_ARGUMENT in properties:
+        raise ValueError(f"tool {tool} has an input field named {REF_ARGUMENT}")
+    properties[REF_ARGUMENT] = dict(_REF_PROPERTY)
+    return extended
+
+
+def split_ref(tool: str, args: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The operation_ref a call corrects (if any) and the tool's own input."""
+    payload = dict(args)
+    correcting = payload.pop(REF_ARGUMENT, None)
+    if correcting is not None and (not isinstance(correcting, str) or not correcting):
+        raise InvalidInput(tool, ((REF_ARGUMENT, INVALID_INPUT),))
+    return correcting, payload
+
+
 # ---------------------------------------------------------------------------- async flow
 
 
@@ -163,6 +194,20 @@ def settle_sync(client: Client, ref: str, wait: float) -> StepView:
         return client.view(ref)
 
 
+def correct_sync(
+    client: Client, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
+) -> StepView:
+    """:func:`correct` for synchronous callers."""
+    view = client.view(ref)
+    if view.tool != tool:
+        raise StepNotFound(ref)
+    if view.state is StepState.NEEDS_INPUT:
+        view = client.provide_input(ref, new_input)
+    if view.needs_agent:
+        return view
+    return settle_sync(client, ref, wait)
+
+
 def submit_and_settle_sync(
     client: Client, tool: str, args: Mapping[str, Any], ref: str, wait: float
 ) -> StepView:
@@ -187,4 +232,3 @@ def refusal_output(error: Exception, ref: str | None = None) -> dict[str, Any]:
 
 EXPECTED: Final = (InvalidInput, TransitionRefused, OperationRefConflict, StepNotFound)
 """Refusals a tool call answers in-band instead of raising."""
-

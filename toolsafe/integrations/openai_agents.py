@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from copy import deepcopy
 from typing import Any, Final
 
-from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
+from agents import FunctionTool, RunContextWrapper, RunState, Tool, ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON
+from toolsafe.adapters.errors import INPUT_NOT_JSON
 from toolsafe.agents.definitions import openai_responses_tools, tool_for_name
 from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations import _calls
@@ -34,15 +33,7 @@ from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.views import StepView
 
-REF_ARGUMENT: Final = "operation_ref"
-_REF_PROPERTY: Final = {
-    "type": "string",
-    "description": (
-        "Leave out, except to correct a call whose result asked for corrected input "
-        "(next_action correct_input): then that result's operation_ref, with the "
-        "corrected fields."
-    ),
-}
+REF_ARGUMENT: Final = _calls.REF_ARGUMENT
 
 
 class ToolsafeTools:
@@ -74,7 +65,7 @@ class ToolsafeTools:
         """The stable operation_ref of the model's tool call ``call_id`` in this scope."""
         return openai_ref(call_id, self.scope, self.namespace)
 
-    def tools(self) -> list[FunctionTool]:
+    def tools(self) -> list[Tool]:
         registry = self.client.client.runtime.registry
         return [
             self._tool(tool_for_name(registry, definition["name"]), definition)
@@ -114,11 +105,7 @@ class ToolsafeTools:
     # ------------------------------------------------------------------ the tools
 
     def _tool(self, name: str, definition: Mapping[str, Any]) -> FunctionTool:
-        schema = deepcopy(definition["parameters"])
-        properties = schema.setdefault("properties", {})
-        if REF_ARGUMENT in properties:
-            raise ValueError(f"tool {name} has an input field named {REF_ARGUMENT}")
-        properties[REF_ARGUMENT] = dict(_REF_PROPERTY)
+        schema = _calls.with_ref_argument(name, definition["parameters"])
 
         async def needs_approval(
             context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -154,12 +141,10 @@ class ToolsafeTools:
         """The step of this call, settled up to the wait bound; or a refusal's answer."""
         if args is None:
             return _calls.refused(INPUT_NOT_JSON, "the arguments are not a JSON object")
-        payload = dict(args)
-        correcting = payload.pop(REF_ARGUMENT, None)
-        if correcting is not None and not isinstance(correcting, str):
-            return _calls.refused(INPUT_NOT_AN_OBJECT, f"{REF_ARGUMENT} must be a string")
-        ref = correcting or self.operation_ref(call_id)
+        ref = self.operation_ref(call_id)
         try:
+            correcting, payload = _calls.split_ref(tool, args)
+            ref = correcting or ref
             if correcting:
                 return await _calls.correct(self.client, tool, ref, payload, self.wait)
             return await _calls.submit_and_settle(self.client, tool, payload, ref, self.wait)

@@ -165,9 +165,7 @@ class ToolsafeToolset(FunctionToolset[Any]):
                 if correcting:
                     view = await _calls.correct(self.client, tool, ref, args, self.wait)
                 else:
-                    view = await _calls.submit_and_settle(
-                        self.client, tool, args, ref, self.wait
-                    )
+                    view = await _calls.submit_and_settle(self.client, tool, args, ref, self.wait)
             except _calls.EXPECTED as error:
                 # Refused before anything was stored or sent: the model may correct it.
                 raise ModelRetry(_calls.as_text(_calls.refusal_output(error, ref))) from None
@@ -208,9 +206,9 @@ def _is_retry(part: Any) -> bool:
 
 
 def _answered_retry(messages: list[Any], tool: str, tool_call_id: str) -> str | None:
-    """The earlier call of ``tool`` (the name the model calls it by) whose retry prompt this call answers: the retry
-    prompts for the tool in the request just before the response that made this call,
-    paired in order with the response's calls of the tool."""
+    """The earlier call of ``tool`` (the name the model calls it by) whose retry this
+    call answers: the retries of the tool in the request just before the response that
+    made this call, paired in order with the response's calls of the tool."""
     index = _response_index(messages, tool_call_id)
     if index is None or index == 0 or not isinstance(messages[index - 1], ModelRequest):
         return None
