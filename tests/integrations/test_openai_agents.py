@@ -23,6 +23,7 @@ from tests.pipeline.harness import Cluster
 from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations.openai_agents import ToolsafeTools
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import StepNotFound
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -206,3 +207,21 @@ def test_a_step_still_waiting_to_retry_is_reported_in_progress_not_as_an_error(
     assert "ok" not in answer and "do not call it again" in answer["agent_message"]
     # toolsafe finishes the work by itself: one effect, later.
     cluster.wait_for(lambda: cluster.effects(ref) == 1, what="the retried write")
+
+
+def test_input_refused_at_submit_is_answered_in_band_and_nothing_is_stored(
+    cluster: Cluster, processes: Processes
+) -> None:
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_5")
+    ref = tools.operation_ref("call_bad1")
+    model = ScriptedModel(
+        [lambda seen: [call("create_invoice", {**INVOICE, "currency": "eur"}, "call_bad1")],
+         lambda seen: [say("I will fix the currency.")]]
+    )  # fmt: skip
+    run(agent_with(tools, model), "Bill")
+    answer = outputs(model.received[1])["call_bad1"]
+    assert answer["status"] == "refused" and answer["code"] == "INVALID_INPUT"
+    assert answer["fields"] == ["currency"] and "nothing was sent" in answer["message"]
+    with pytest.raises(StepNotFound):
+        cluster.client.runtime.store.get(ref)
+    assert cluster.effects(ref) == 0

@@ -92,6 +92,7 @@ class ToolsafeTools:
         """Record the approval in toolsafe (who, why), then in the run's state."""
         view = await self.client.approve(self.step_ref(item), approver, reason)
         state.approve(item)
+        self._forget(item)
         return view
 
     async def reject(
@@ -100,7 +101,13 @@ class ToolsafeTools:
         """Record the rejection in toolsafe; the model is given the failed step's envelope."""
         view = await self.client.reject(self.step_ref(item), approver, reason)
         state.reject(item, rejection_message=_calls.as_text(_calls.model_output(view)))
+        self._forget(item)
         return view
+
+    def _forget(self, item: ToolApprovalItem) -> None:
+        call_id = getattr(item.raw_item, "call_id", None)
+        if isinstance(call_id, str):
+            self._settled.pop(call_id, None)
 
     # ------------------------------------------------------------------ the tools
 

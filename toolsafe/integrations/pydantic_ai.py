@@ -169,16 +169,30 @@ class ToolsafeToolset(FunctionToolset[Any]):
             except _calls.EXPECTED as error:
                 # Refused before anything was stored or sent: the model may correct it.
                 raise ModelRetry(_calls.as_text(_calls.refusal_output(error, ref))) from None
-            return self._answer(view)
+            if ctx.tool_call_approved and _calls.turn_of(view) is Turn.AWAITING_APPROVAL:
+                view = await self._approved_in_run(ctx, view)
+            return self._answer(view, approved=ctx.tool_call_approved)
 
         call.__name__ = tool
         return call
 
-    def _answer(self, view: StepView) -> dict[str, Any]:
+    async def _approved_in_run(self, ctx: RunContext[Any], view: StepView) -> StepView:
+        """Approved in the run's deferred results but not yet in toolsafe: recorded from
+        the results' metadata (``approver``, ``reason``) when it names both."""
+        metadata = ctx.tool_call_metadata if isinstance(ctx.tool_call_metadata, dict) else {}
+        approver, reason = metadata.get("approver"), metadata.get("reason")
+        if not isinstance(approver, str) or not isinstance(reason, str) or not approver:
+            return view
+        await self.client.approve(view.operation_ref, approver, reason)
+        return await self.client.settle(view.operation_ref, self.wait)
+
+    def _answer(self, view: StepView, *, approved: bool = False) -> dict[str, Any]:
         turn = _calls.turn_of(view)
         if turn is Turn.NEEDS_INPUT:
             raise ModelRetry(_calls.retry_prompt(view))
-        if turn is Turn.AWAITING_APPROVAL:
+        if turn is Turn.AWAITING_APPROVAL and not approved:
+            # Approved in the run but not in toolsafe, the model is given the envelope:
+            # the step still waits for an approval toolsafe has recorded.
             raise ApprovalRequired(
                 metadata={REF_METADATA: view.operation_ref, **_calls.approval_request(view)}
             )
