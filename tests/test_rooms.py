@@ -83,6 +83,21 @@ def _rooms() -> dict[str, Room]:
                 "toolsafe.broker",
             ),
         ),
+        # The MCP server: the gateway mounts it and the CLI runs it, never the reverse.
+        "mcp": (
+            _modules(PACKAGE / "mcp"),
+            (),
+            (
+                "toolsafe.mcp",
+                "toolsafe.agents",
+                "toolsafe.tasks",
+                "toolsafe.celeryconfig",
+                "toolsafe.settings",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+                "toolsafe.broker",
+            ),
+        ),
         "tasks": (
             _modules((PACKAGE / "tasks").resolve()),
             (),

@@ -71,6 +71,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "FILE": "an argument's metavar in --help",
     "NAME": "an argument's metavar in --help",
     "PATCH": "an HTTP method",
+    "DELETE": "an HTTP method",
     "TOOL": "an argument's metavar in --help",
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",

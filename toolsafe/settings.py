@@ -171,6 +171,9 @@ class Settings:
     gateway_max_header: int = 16_384
     gateway_max_wait: float = 60.0
     gateway_max_waits: int = 1000
+    # How long an MCP tools/call (without a task) waits for the step to need the agent
+    # before it answers "still in progress" (``toolsafe mcp``, docs/mcp.md).
+    mcp_wait: float = 20.0
     # How often a process without LISTEN/NOTIFY (SQLite) looks for new step events.
     notify_poll_interval: float = 0.05
 
@@ -197,6 +200,7 @@ class Settings:
             "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": self.gateway_max_header,
             "TOOLSAFE_GATEWAY_MAX_WAIT": self.gateway_max_wait,
             "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
+            "TOOLSAFE_MCP_WAIT": self.mcp_wait,
             "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
         }
         for name, value in positive.items():
@@ -321,6 +325,7 @@ def _read(reader: Reader) -> Settings:
         gateway_max_header=reader.integer("TOOLSAFE_GATEWAY_MAX_HEADER_BYTES", 16_384),
         gateway_max_wait=reader.number("TOOLSAFE_GATEWAY_MAX_WAIT", 60.0),
         gateway_max_waits=reader.integer("TOOLSAFE_GATEWAY_MAX_WAITS", 1000),
+        mcp_wait=reader.number("TOOLSAFE_MCP_WAIT", 20.0),
         notify_poll_interval=reader.number("TOOLSAFE_NOTIFY_POLL_INTERVAL", 0.05),
         environ=reader.toolsafe_variables(),
     )

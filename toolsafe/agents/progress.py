@@ -50,7 +50,7 @@ def in_progress_text(answer: InProgress) -> str:
     """One line for a text channel; the model reads it as "wait", never as a failure."""
     when = f", not before {answer.not_before.isoformat()}" if answer.not_before else ""
     return (
-        f"Still in progress: {answer.agent_message} (operation_ref {answer.operation_ref}, "
-        f"state {answer.state}{when}). toolsafe finishes it by itself; ask for the result "
-        "with the same operation_ref instead of calling again."
+        f"Still in progress (operation_ref {answer.operation_ref}, state {answer.state}"
+        f"{when}): {answer.agent_message} toolsafe finishes it by itself; ask again with "
+        "the same operation_ref instead of making a new call."
     )

@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.gateway import cli as gateway_cli
 
     gateway_cli.add_commands(commands)
+
+    from toolsafe.cli import mcp as mcp_cli
+
+    mcp_cli.add_parser(commands)
     return parser
 
 
