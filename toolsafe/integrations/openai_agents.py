@@ -58,8 +58,8 @@ class ToolsafeTools:
         self.names = tuple(tools) if tools is not None else registry.tools()
         for name in self.names:
             registry.get(name)  # an unknown tool fails here, naming the known ones
-        # The view needs_approval settled, for the invocation that follows it.
-        self._settled: dict[str, StepView] = {}
+        # What needs_approval settled a call to, for the invocation that follows it.
+        self._settled: dict[str, StepView | dict[str, Any]] = {}
 
     def operation_ref(self, call_id: str) -> str:
         """The stable operation_ref of the model's tool call ``call_id`` in this scope."""
@@ -117,21 +117,24 @@ class ToolsafeTools:
         async def needs_approval(
             context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
         ) -> bool:
-            view = await self._settle(name, call_id, dict(params))
-            if isinstance(view, StepView):
-                self._settled[call_id] = view
-                return _calls.turn_of(view) is Turn.AWAITING_APPROVAL
-            return False
+            # toolsafe learns that a step needs approval only by running it, and the SDK
+            # asks before it invokes the tool: so the call is submitted here, and what it
+            # settled to is kept for the invocation that follows (a repeat of the same
+            # ref is free, R2).
+            found = await self._settle(name, call_id, dict(params))
+            self._settled[call_id] = found
+            return isinstance(found, StepView) and _calls.turn_of(found) is Turn.AWAITING_APPROVAL
 
         async def invoke(context: ToolContext[Any], arguments: str) -> str:
-            view = self._settled.pop(context.tool_call_id, None)
-            if view is None or _calls.turn_of(view) is Turn.AWAITING_APPROVAL:
+            found = self._settled.pop(context.tool_call_id, None)
+            if found is None or (
+                isinstance(found, StepView) and _calls.turn_of(found) is Turn.AWAITING_APPROVAL
+            ):
                 # Resumed after a decision (maybe in another process): look again.
                 found = await self._settle(name, context.tool_call_id, _parsed(arguments))
-                if not isinstance(found, StepView):
-                    return _calls.as_text(found)
-                view = found
-            return _calls.as_text(_calls.model_output(view))
+            if isinstance(found, StepView):
+                return _calls.as_text(_calls.model_output(found))
+            return _calls.as_text(found)
 
         return FunctionTool(
             name=definition["name"],
