@@ -183,3 +183,21 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     assert denied and '"operation_ref":"' + rejected in str(denied[0].content)
     kinds = {e.kind: e.detail for e in cluster.client.runtime.store.events(approved)}
     assert kinds["approved"]["approver"] == "bob"
+
+
+def test_a_step_being_verified_returns_in_progress_and_is_never_a_model_retry(
+    cluster: Cluster, processes: Processes
+) -> None:
+    ref = pydantic_ai_ref("pa_ver1-m1", "pa_c4")
+    # The write is stored, the answer lost (502), and the lookup is down: verifying.
+    cluster.fault(fault="error_after_store", operation_ref=ref)
+    cluster.fault(fault="lookup_down", operation_ref=ref, times=None)
+    script = Script([calls(("create_invoice", INVOICE, "pa_ver1")), text("Waiting.")])
+    toolset = ToolsafeToolset(processes.aio("first"), wait=0.5)
+    asyncio.run(agent(toolset, script).run("Bill", conversation_id="pa_c4"))
+    parts = script.last_parts(1)
+    assert not [part for part in parts if _is_retry(part)]
+    answer = returned(parts)["pa_ver1"]
+    assert answer["in_progress"] is True and answer["operation_ref"] == ref
+    assert answer["state"] in {"pending", "in_flight", "verifying"} and "ok" not in answer
+    assert cluster.effects(ref) == 1
