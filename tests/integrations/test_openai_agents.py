@@ -225,3 +225,26 @@ def test_input_refused_at_submit_is_answered_in_band_and_nothing_is_stored(
     with pytest.raises(StepNotFound):
         cluster.client.runtime.store.get(ref)
     assert cluster.effects(ref) == 0
+
+
+def test_a_decision_an_operator_recorded_in_toolsafe_resumes_the_run(
+    cluster: Cluster, processes: Processes
+) -> None:
+    tools = ToolsafeTools(processes.aio("first"), scope="oa_run_6")
+    ref = tools.operation_ref("call_op1")
+    cluster.fault(fault="require_approval", operation_ref=ref, times=None)
+    model = ScriptedModel(
+        [lambda seen: [call("create_invoice", INVOICE, "call_op1")], lambda seen: [say("Ok.")]]
+    )
+    agent = agent_with(tools, model)
+    result = run(agent, "Bill")
+    state = result.to_state()
+    # Not approved yet: the interruption stays.
+    assert len(asyncio.run(tools.apply_decisions(state))) == 1
+    assert len(state.get_interruptions()) == 1
+    cluster.client.approve(ref, approver="ops", reason="approved from the CLI")
+    asyncio.run(tools.apply_decisions(state))
+    run(agent, state)
+    answer = outputs(model.received[1])["call_op1"]
+    assert answer["ok"] is True and answer["operation_ref"] == ref
+    assert cluster.effects(ref) == 1

@@ -10,7 +10,8 @@
 - a step awaiting approval interrupts the run through the SDK's own approval flow
   (``needs_approval``, ``result.interruptions``); :meth:`ToolsafeTools.approve` and
   :meth:`ToolsafeTools.reject` record the approver's decision in toolsafe and in the
-  ``RunState``, and ``Runner.run(agent, state)`` resumes;
+  ``RunState`` (:meth:`ToolsafeTools.apply_decisions` carries in decisions made
+  elsewhere, e.g. by an operator), and ``Runner.run(agent, state)`` resumes;
 - a step needing input hands the model the envelope; the model calls the tool again with
   the corrected fields and the ``operation_ref`` the envelope named, and the correction
   goes to ``provide_input`` under that same ref.
@@ -30,10 +31,12 @@ from toolsafe.agents.definitions import openai_responses_tools, tool_for_name
 from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
+from toolsafe.recovery.states import StepState
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.views import StepView
 
 REF_ARGUMENT: Final = _calls.REF_ARGUMENT
+REJECTED_EVENT: Final = "rejected"
 
 
 class ToolsafeTools:
@@ -103,6 +106,25 @@ class ToolsafeTools:
         state.reject(item, rejection_message=_calls.as_text(_calls.model_output(view)))
         self._forget(item)
         return view
+
+    async def apply_decisions(self, state: RunState[Any]) -> list[StepView]:
+        """Carry into the run's state the decisions already recorded in toolsafe (an
+        operator's ``toolsafe approve``/``reject``, the gateway, another process): each
+        interruption whose step no longer awaits approval is approved or rejected in
+        the state as toolsafe recorded it; the others stay pending. Returns the steps."""
+        views = []
+        for item in state.get_interruptions():
+            view = await self.client.view(self.step_ref(item))
+            views.append(view)
+            if view.state is StepState.AWAITING_APPROVAL:
+                continue
+            if any(entry.kind == REJECTED_EVENT for entry in view.history):
+                answer = _calls.as_text(_calls.model_output(view))
+                state.reject(item, rejection_message=answer)
+            else:
+                state.approve(item)
+            self._forget(item)
+        return views
 
     def _forget(self, item: ToolApprovalItem) -> None:
         call_id = getattr(item.raw_item, "call_id", None)
