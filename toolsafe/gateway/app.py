@@ -124,7 +124,12 @@ def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
     settings = state.settings
     # A tools/call holds its request like ?wait= does: never beyond the gateway's bound.
     wait = min(settings.mcp_wait, settings.gateway_max_wait)
-    return StreamableMCP(state.aclient, wait=wait, max_body=settings.gateway_max_body)
+    return StreamableMCP(
+        state.aclient,
+        wait=wait,
+        max_body=settings.gateway_max_body,
+        loopback_only=state.authenticator.keys is None,
+    )
 
 
 def create_gateway(

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
 from toolsafe.mcp.server import ToolsafeMCP
@@ -53,12 +54,25 @@ def _actor(ctx: ServerRequestContext[Any, Any]) -> str:
 class StreamableMCP:
     """The ASGI app for ``/mcp``; :meth:`running` must wrap the hosting app's life."""
 
-    def __init__(self, client: AsyncClient, *, wait: float, max_body: int) -> None:
+    def __init__(
+        self, client: AsyncClient, *, wait: float, max_body: int, loopback_only: bool = False
+    ) -> None:
         self.mcp = ToolsafeMCP(client, wait=wait, namespace_of=_namespace, actor_of=_actor)
+        # Without keys (the gateway's development mode, loopback only) a web page could
+        # reach the server through DNS rebinding: only loopback hosts and origins then.
+        security = (
+            TransportSecuritySettings(
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+            if loopback_only
+            else None
+        )
         self.manager = StreamableHTTPSessionManager(
             app=self.mcp.server,
             json_response=True,
             stateless=True,
+            security_settings=security,
             max_request_body_size=max_body,
         )
 
