@@ -73,8 +73,10 @@ class ToolsafeTool(BaseTool):
             view = _calls.submit_and_settle_sync(self.client, self.tool, payload, ref, self.wait)
             # The episodes this step already went through were answered by earlier
             # resumes: replay their interrupts, so the current one gets its own value.
+            # (A step answered elsewhere before this node ever asked, e.g. by an operator,
+            # pauses once more with this payload; resume it with anything.)
             for _ in range(_answered(self.client.view(ref))):
-                interrupt(None)
+                interrupt({"kind": "answered", "operation_ref": ref, "tool": self.tool})
             while (turn := _calls.turn_of(view)) in (Turn.NEEDS_INPUT, Turn.AWAITING_APPROVAL):
                 if turn is Turn.NEEDS_INPUT:
                     answer = interrupt(_calls.input_request(view))
