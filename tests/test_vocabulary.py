@@ -23,6 +23,7 @@ from toolsafe.adapters.errors import INPUT_REFUSALS
 from toolsafe.adapters.examples.downstream_state import DOWNSTREAM_CODES
 from toolsafe.conformance.hostile import SIMULATED_UPSTREAM_CODES
 from toolsafe.gateway.problems import GATEWAY_CODES
+from toolsafe.integrations._calls import INTEGRATION_CODES
 from toolsafe.recovery import guards
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 from toolsafe.recovery.states import CLAIMABLE, StepState
@@ -41,6 +42,8 @@ CATALOGUES: Final[Mapping[str, Mapping[str, str]]] = {
     # The gateway's own problem codes (it answers the runtime's and the client's with
     # theirs, under the same names).
     "gateway problem": GATEWAY_CODES,
+    # What an agent-SDK integration answers a tool call it did not take.
+    "integration refusal": INTEGRATION_CODES,
 }
 """toolsafe's own vocabularies: one meaning per string, across all of them."""
 
