@@ -85,6 +85,10 @@ def test_chaos_run_keeps_the_invariant(
     assert code == 0, printed
     assert report["settled"], printed
     assert report["steps"] == 300
+    # Which steps the run catches waiting to retry or verifying depends on when it
+    # looks (every 0.3 s); 30 rate-limited steps wait a whole Retry-After second and 120
+    # unknown outcomes are verified, so it always catches some.
+    assert report["checked_in_passing"] > 0, printed
     plan = build_schedule(6, SIZE, Timing())
     assert report["schedule"] == plan.fingerprint()
     # Every planned kill fired, at the step and point the seed chose, and killed its

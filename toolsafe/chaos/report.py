@@ -62,6 +62,8 @@ class ChaosReport:
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
     beat_exits: Counter[str] = field(default_factory=Counter)
+    # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
+    checked_in_passing: int = 0
 
     @property
     def unplanned_worker_exits(self) -> int:
@@ -126,7 +128,10 @@ class ChaosReport:
             lines.append(f"  {name:<22} {shown}")
         verdict = self.verdict
         lines.append("")
-        lines.append(f"invariant violations: {self.violations}")
+        lines.append(
+            f"invariant violations: {self.violations} (envelopes also checked in passing: "
+            f"{self.checked_in_passing})"
+        )
         if verdict is not None:
             for rule, n in verdict.by_rule.items():
                 lines.append(f"  {rule}: {n}")
@@ -159,6 +164,7 @@ class ChaosReport:
             "unplanned_worker_exits": self.unplanned_worker_exits,
             "broker_restart_seconds": self.broker_restart_seconds,
             "beat_exits": dict(self.beat_exits),
+            "checked_in_passing": self.checked_in_passing,
             "agent": dict(self.agent),
             "scenarios": {k: dict(v) for k, v in self.scenario_states.items()},
             "violations": [str(v) for v in self.verdict.violations] if self.verdict else None,

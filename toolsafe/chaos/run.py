@@ -59,15 +59,23 @@ from toolsafe.harness.local import (
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.metrics.exporter import read_counts
 from toolsafe.recovery.db import make_engine, migrate
-from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
+from toolsafe.recovery.states import (
+    NEEDS_AGENT,
+    NO_OUTCOME_YET,
+    TERMINAL,
+    WAITING_ON_HUMAN,
+    WORK_STATES,
+    StepState,
+)
 from toolsafe.recovery.store import StepStore, StorePort
 from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
 
-# States a step passes through and leaves: their envelopes are checked on the way.
-PASSING = frozenset({StepState.WAITING_RETRY, StepState.VERIFYING})
+# States with an envelope that a worker moves on from (waiting_retry, verifying): their
+# envelopes are checked on the way, the end of the run sees only final states.
+PASSING = WORK_STATES - NO_OUTCOME_YET
 
 
 def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
@@ -377,6 +385,7 @@ class _Run:
         assert self.downstream is not None and self.workers is not None
         effects = self.downstream.effects()
         verdict = check_invariant(report.submitted, observed, effects)
+        report.checked_in_passing = len(self.inspected)
         found = [*self.passing_violations, *check_steps(self.step_facts(observed))]
         report.verdict = merged(verdict, found)
         report.counts = read_counts(self.store, self.prefix)
