@@ -324,9 +324,11 @@ def test_no_secret_of_an_upstream_body_goes_anywhere(run: Run) -> None:
         for place in ("database", "client view", f"steps show {refs['success_201']} --json",
                       f"steps show {refs['success_201']}"):  # fmt: skip
             assert marker in places[place], (marker, place)
-    # The worker logged each outcome it recorded, with the redacted code only.
+    # The worker logged each outcome it recorded, with the redacted code only, and said
+    # what it withheld from the success by kind (this module's only AWS key).
     for name in ("message_422", "conflict_409", "code_400"):
         assert f"execute_recorded {refs[name]}" in logs, name
+    assert "secret_aws_access_key" in logs
     escalated = gateway_views["conflict_409"]["envelope"]
     assert escalated["code"] == "VERSION_CONFLICT" and escalated["ok"] is False
     assert gateway_views["code_400"]["envelope"]["code"] == "UPSTREAM_ERROR"
