@@ -41,7 +41,8 @@ def stats(args: argparse.Namespace) -> int:
 
 def chaos(args: argparse.Namespace) -> int:
     from toolsafe.chaos.plan import ScheduleSize
-    from toolsafe.chaos.run import ChaosConfig, run
+    from toolsafe.chaos.report import ChaosConfig
+    from toolsafe.chaos.run import run
 
     config = ChaosConfig(
         broker=args.broker,
