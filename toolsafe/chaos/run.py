@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -26,18 +26,17 @@ import httpx
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
+from toolsafe.chaos.checks import StepFacts, check_envelope, check_steps, merged
 from toolsafe.chaos.plan import (
     Observed,
-    Schedule,
-    ScheduleSize,
-    Timing,
-    Verdict,
+    Violation,
     build_schedule,
     check_invariant,
     corrected_input,
     scenarios,
     step_input,
 )
+from toolsafe.chaos.report import ChaosConfig, ChaosReport
 from toolsafe.harness import (
     DownstreamProcess,
     Fleet,
@@ -53,183 +52,30 @@ from toolsafe.harness import (
     start_worker,
 )
 from toolsafe.harness.local import (
-    LOCAL_PG_ADMIN,
-    LOCAL_REDIS,
     REDIS_LOCK_KEY,
     database_of_its_own,
     redis_db_of_its_own,
 )
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.metrics.exporter import read_counts
-from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
-from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
+from toolsafe.recovery.states import (
+    NEEDS_AGENT,
+    NO_OUTCOME_YET,
+    TERMINAL,
+    WAITING_ON_HUMAN,
+    WORK_STATES,
+    StepState,
+)
 from toolsafe.recovery.store import StepStore, StorePort
 from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
 
-
-@dataclass(frozen=True)
-class ChaosConfig:
-    # A dedicated Redis db (not 0). With ``size.redis_restarts`` the run starts a Redis
-    # server of its own instead, and this must be None.
-    broker: str | None = None
-    # A PostgreSQL database URL; None: a new database on ``pg_admin``'s server.
-    database: str | None = None
-    size: ScheduleSize = field(default_factory=ScheduleSize)
-    workers: int = 3
-    seed: int = 6
-    timing: Timing = field(default_factory=Timing)
-    batch_interval: float = 0.25  # seconds between batches of submissions
-    # Submit only while fewer steps than this are being worked on: a backlog far beyond
-    # what the workers drain tests the broker's patience, not toolsafe's recovery.
-    max_in_progress: int = 150
-    bound: float = 150.0  # seconds allowed to settle after the last submission
-    workdir: Path | None = None
-    keep_keys: tuple[str, ...] = ()  # broker keys a flush leaves alone
-    metrics: bool = True  # the first worker exports /metrics; the report scrapes it
-    # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
-    # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
-    pg_restart_command: str | None = None
-    local_redis: str = LOCAL_REDIS  # where a run without --broker takes a db of its own
-    pg_admin: str = LOCAL_PG_ADMIN  # where a run without --database creates its own
-
-
-@dataclass
-class ChaosReport:
-    config: ChaosConfig
-    schedule: Schedule
-    prefix: str
-    workdir: Path
-    started_at: datetime
-    submitted: list[str] = field(default_factory=list)
-    faults: Counter[str] = field(default_factory=Counter)
-    kills_fired: Counter[str] = field(default_factory=Counter)
-    worker_exits: Counter[str] = field(default_factory=Counter)
-    agent: Counter[str] = field(default_factory=Counter)
-    scenario_states: dict[str, Counter[str]] = field(default_factory=dict)
-    submit_seconds: float = 0.0
-    settle_seconds: float = 0.0
-    settled: bool = False
-    verdict: Verdict | None = None
-    counts: Counts | None = None
-    exported: dict[str, float] = field(default_factory=dict)
-    restart_seconds: list[float] = field(default_factory=list)
-    broker_restart_seconds: list[float] = field(default_factory=list)
-    beat_exits: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def unplanned_worker_exits(self) -> int:
-        """Worker exits that were not a SIGKILL the run sent at a fault point: any other
-        exit code, and SIGKILLs beyond those the fault points fired."""
-        sigkills = self.worker_exits.get("SIGKILL", 0)
-        others = sum(n for kind, n in self.worker_exits.items() if kind != "SIGKILL")
-        return others + max(0, sigkills - sum(self.kills_fired.values()))
-
-    @property
-    def violations(self) -> int:
-        return 0 if self.verdict is None else len(self.verdict.violations)
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.verdict is not None
-            and not self.verdict.violations
-            and self.unplanned_worker_exits == 0
-        )
-
-    def text(self) -> str:
-        c, size = self.config, self.config.size
-        kills = ", ".join(f"{p} {n}" for p, n in sorted(self.kills_fired.items())) or "none"
-        planned = ", ".join(f"{p} {n}" for p, n in self.schedule.kills().items())
-        lines = [
-            f"toolsafe chaos — {self.started_at:%Y-%m-%d %H:%M:%S} UTC",
-            f"seed {c.seed} (schedule {self.schedule.fingerprint()}), {size.steps} steps, "
-            f"{c.workers} workers, at most {c.max_in_progress} steps in progress, "
-            f"operation_refs {self.prefix}*",
-            f"work dir: {self.workdir}",
-            f"broker {c.broker}, database {hide_password(c.database or '')}",
-            "",
-            f"steps submitted: {len(self.submitted)} in {self.submit_seconds:.1f}s; "
-            f"settled: {'yes' if self.settled else 'NO'} after {self.settle_seconds:.1f}s "
-            f"more (bound {c.bound:g}s)",
-            f"SIGKILLs at fault points: {sum(self.kills_fired.values())} ({kills}); "
-            f"planned: {planned}",
-            "faults injected: "
-            + ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())),
-            "worker exits: "
-            + (", ".join(f"{kind} {n}" for kind, n in sorted(self.worker_exits.items())) or "none")
-            + f"; unplanned (not a SIGKILL the run sent): {self.unplanned_worker_exits}",
-        ]
-        if self.broker_restart_seconds:
-            away = self.broker_restart_seconds
-            lines.append(
-                f"redis server restarts (kill -9, start): {len(away)}, away "
-                f"{min(away):.1f}-{max(away):.1f}s"
-            )
-        if self.beat_exits:
-            lines.append(
-                "beat exits (restarted): "
-                + ", ".join(f"{kind} {n}" for kind, n in sorted(self.beat_exits.items()))
-            )
-        lines += [
-            "agent: " + (", ".join(f"{k} {n}" for k, n in sorted(self.agent.items())) or "none"),
-            "scenarios (final states):",
-        ]
-        for name, states in sorted(self.scenario_states.items()):
-            shown = ", ".join(f"{state} {n}" for state, n in sorted(states.items()))
-            lines.append(f"  {name:<22} {shown}")
-        verdict = self.verdict
-        lines.append("")
-        lines.append(f"invariant violations: {self.violations}")
-        if verdict is not None:
-            for rule, n in verdict.by_rule.items():
-                lines.append(f"  {rule}: {n}")
-            for violation in verdict.violations[:20]:
-                lines.append(f"  {violation}")
-        if self.counts is not None:
-            lines.extend(["", "counts (from the event log):", render(self.counts)])
-        if self.exported:
-            shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.exported.items()))
-            lines.append(f"worker /metrics (whole database): {shown}")
-        return "\n".join(lines)
-
-    def json(self) -> dict[str, Any]:
-        return {
-            "started_at": self.started_at.isoformat(),
-            "seed": self.config.seed,
-            "schedule": self.schedule.fingerprint(),
-            "steps": len(self.submitted),
-            "workers": self.config.workers,
-            "max_in_progress": self.config.max_in_progress,
-            "prefix": self.prefix,
-            "settled": self.settled,
-            "submit_seconds": self.submit_seconds,
-            "settle_seconds": self.settle_seconds,
-            "bound_seconds": self.config.bound,
-            "kills_fired": dict(self.kills_fired),
-            "kills_planned": self.schedule.kills(),
-            "faults": dict(self.faults),
-            "worker_exits": dict(self.worker_exits),
-            "unplanned_worker_exits": self.unplanned_worker_exits,
-            "broker_restart_seconds": self.broker_restart_seconds,
-            "beat_exits": dict(self.beat_exits),
-            "agent": dict(self.agent),
-            "scenarios": {k: dict(v) for k, v in self.scenario_states.items()},
-            "violations": [str(v) for v in self.verdict.violations] if self.verdict else None,
-            "counts": as_json(self.counts) if self.counts is not None else None,
-            "exported": self.exported,
-        }
-
-
-def hide_password(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+# States with an envelope that a worker moves on from (waiting_retry, verifying): their
+# envelopes are checked on the way, the end of the run sees only final states.
+PASSING = WORK_STATES - NO_OUTCOME_YET
 
 
 def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
@@ -292,6 +138,8 @@ class _Run:
         self.downstream: DownstreamProcess | None = None
         self.client: Any = None
         self.answered: set[tuple[str, str]] = set()
+        self.inspected: set[tuple[str, str, str | None]] = set()
+        self.passing_violations: list[Violation] = []
         self.metrics_port: int | None = None
 
     def ref(self, index: int) -> str:
@@ -455,7 +303,24 @@ class _Run:
         ]
         for ref, state in answers:
             self.answer(ref, state)
+        self.inspect_passing(observed)
         return self.observe() if answers else observed
+
+    def inspect_passing(self, observed: Mapping[str, Observed]) -> None:
+        """The envelope of each step seen waiting to retry or verifying, checked against
+        its state while it is there (the end of the run sees only final states)."""
+        for ref, step in observed.items():
+            key = (ref, step.state.value, step.commit_state)
+            if step.state not in PASSING or key in self.inspected:
+                continue
+            try:
+                record = self.store.get(ref)
+            except Exception:  # a connection killed by the run itself: next round
+                return
+            self.inspected.add(key)
+            policy_limit = self.client.runtime.policy_for(record.tool).retry.max_attempts
+            facts = StepFacts.of(record, (), policy_limit)
+            self.passing_violations.extend(check_envelope(facts))
 
     def restart_beat_if_dead(self) -> None:
         """Beat is not under test: when it dies, say so in the report and start it again."""
@@ -519,7 +384,10 @@ class _Run:
         report = self.report
         assert self.downstream is not None and self.workers is not None
         effects = self.downstream.effects()
-        report.verdict = check_invariant(report.submitted, observed, effects)
+        verdict = check_invariant(report.submitted, observed, effects)
+        report.checked_in_passing = len(self.inspected)
+        found = [*self.passing_violations, *check_steps(self.step_facts(observed))]
+        report.verdict = merged(verdict, found)
         report.counts = read_counts(self.store, self.prefix)
         for planned in self.schedule.steps:
             ref = self.ref(planned.index)
@@ -534,6 +402,16 @@ class _Run:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
         if self.metrics_port is not None:
             report.exported = scrape(self.metrics_port)
+
+    def step_facts(self, observed: Mapping[str, Observed]) -> list[StepFacts]:
+        """Each step the store has, with its events and its tool's attempt limit."""
+        runtime = self.client.runtime
+        facts = []
+        for ref in sorted(observed):
+            step = self.store.get(ref)
+            limit = runtime.policy_for(step.tool).retry.max_attempts
+            facts.append(StepFacts.of(step, self.store.events(ref), limit))
+        return facts
 
 
 _SAMPLE = re.compile(r"^(toolsafe_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$")

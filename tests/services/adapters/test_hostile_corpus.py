@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -15,6 +16,10 @@ from tests.support.adapters.hostile_corpus import CORPUS, Sample
 from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.guard import call_adapter
+from toolsafe.adapters.redaction import clean_text
+from toolsafe.adapters.results import MARK_INSTRUCTIONS, MAX_RESULT_TEXT
+
+HIDDEN: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 
 Reply = tuple[int, bytes, dict[str, str], str, str]
 REPLIES: dict[str, Reply] = {}
@@ -78,8 +83,52 @@ def positions(sample: Sample) -> dict[str, Reply]:
     return replies
 
 
-def leaks(sample: Sample, *texts: str) -> list[str]:
-    return [needle for needle in sample.all_needles() for text in texts if needle in text]
+def leaks(sample: Sample, *texts: str, needles: tuple[str, ...] | None = None) -> list[str]:
+    wanted = sample.all_needles() if needles is None else needles
+    return [needle for needle in wanted for text in texts if needle in text]
+
+
+# A success result may show upstream text (a note), once cleaned: markup, look-alike
+# letters and harmless words are text to a model. Secrets, instructions and hidden
+# characters never are. A trace whose customer data has no shape a scanner can know
+# (a name, a path) is shown cleaned too; the error path drops it whole.
+SHOWN_CLEANED: Final = frozenset({"html", "lookalike", "control"})
+NO_SECRET_SHAPE: Final = frozenset({"go_panic"})
+# Of those kinds, samples that hold a secret or instructions all the same: a session
+# cookie in a smuggled header, instructions in mathematical bold (NFKC folds them).
+MARKED_ANYWAY: Final = frozenset({"crlf_header", "math_bold"})
+MARKERS: Final = ("[REDACTED:", MARK_INSTRUCTIONS)
+
+
+def check_success(sample: Sample, position: str, result: ToolSuccess[Any]) -> None:
+    """What a success built from ``sample`` may show, for every kind of sample."""
+    shown = json.dumps(result.result, ensure_ascii=False)
+    assert not any(unicodedata.category(char) in HIDDEN for char in shown), position
+    if position == "reason_phrase":
+        # The reason phrase is transport: nothing of it is ever part of a result.
+        assert result.result == {"id": "t2"} and not leaks(sample, shown), position
+        return
+    assert isinstance(result.result, dict), position
+    note = result.result["note"]
+    assert isinstance(note, str) and len(note) <= MAX_RESULT_TEXT, position
+    cleaned = clean_text(sample.text, MAX_RESULT_TEXT)
+    shown_cleaned = sample.kind in SHOWN_CLEANED or sample.name in NO_SECRET_SHAPE
+    if shown_cleaned and sample.name not in MARKED_ANYWAY:
+        # Shown, but only as the cleaned text: folded, hidden characters gone, capped.
+        assert note == cleaned, (position, note)
+        if sample.kind == "control":
+            assert not leaks(sample, shown, needles=hidden_needles(sample)), position
+        return
+    # Secrets, instructions, traces with customer data, oversized bodies: a marker only.
+    assert note.startswith(MARKERS), (position, note)
+    assert not leaks(sample, shown), (position, note)
+
+
+def hidden_needles(sample: Sample) -> tuple[str, ...]:
+    """A control sample's parts that must go: the characters, and a smuggled header."""
+    found = tuple(n for n in sample.all_needles() if not n.isprintable() or "stolen" in n)
+    assert found, sample.name
+    return found
 
 
 @pytest.mark.parametrize("sample", CORPUS, ids=[s.name for s in CORPUS])
@@ -93,8 +142,7 @@ def test_nothing_hostile_leaves_the_boundary(
         result = call_adapter(adapter, {"name": "n"}, ref)
         if isinstance(result, ToolSuccess):
             assert position in ("success_note", "reason_phrase")
-            if sample.kind in ("secret", "injection"):
-                assert not leaks(sample, json.dumps(result.result, ensure_ascii=False)), position
+            check_success(sample, position, result)
             continue
         assert isinstance(result, ToolError)
         shown = (

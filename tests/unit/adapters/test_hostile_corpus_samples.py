@@ -6,8 +6,10 @@ import logging
 
 import pytest
 
+from tests.services.adapters.test_hostile_corpus import MARKERS, hidden_needles
 from tests.support.adapters.hostile_corpus import CORPUS, Sample
 from toolsafe.adapters.redaction import RedactingFilter
+from toolsafe.adapters.results import MARK_INSTRUCTIONS
 
 
 def test_the_corpus_is_big_and_varied() -> None:
@@ -34,9 +36,9 @@ def test_log_filter_scrubs_messages_arguments_extras_and_tracebacks(
         logger.exception("while calling the downstream")
     logged = caplog.text + " ".join(str(getattr(r, "upstream", "")) for r in caplog.records)
     # The filter keeps harmless words; of a control sample only the characters must go.
-    needles = sample.all_needles()
-    if sample.kind == "control":
-        needles = tuple(n for n in needles if not n.isprintable() or "stolen" in n)
-    assert needles
+    needles = hidden_needles(sample) if sample.kind == "control" else sample.all_needles()
     assert not [needle for needle in needles if needle in logged]
-    assert "while calling the downstream" in caplog.text or sample.kind == "injection"
+    # What was scrubbed says so; the harmless message around it stays, whatever the kind.
+    if sample.kind != "control":
+        assert MARKERS[0] in logged or MARK_INSTRUCTIONS in logged, logged
+    assert "while calling the downstream" in caplog.text
