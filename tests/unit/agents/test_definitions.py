@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from tests import fixtures
+from tests.support import fixtures
 from toolsafe.adapters.decorators import read_tool, tool
 from toolsafe.adapters.envelope import AnySuccess, ToolError, to_wire
 from toolsafe.adapters.examples.email import SendEmail

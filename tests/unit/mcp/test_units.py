@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from mcp_types import TextContent
 
-from tests import fixtures
+from tests.support import fixtures
 from toolsafe.adapters.envelope import to_wire
 from toolsafe.agents.definitions import tool_output_schema
 from toolsafe.mcp import tasks
