@@ -46,7 +46,6 @@ from toolsafe.harness import (
     WorkerOptions,
     check_broker,
     flush_broker,
-    free_port,
     kill_db_connections,
     restart_database,
     start_beat,
@@ -60,7 +59,7 @@ from toolsafe.harness.local import (
     redis_db_of_its_own,
 )
 from toolsafe.harness.redis_server import RedisServer
-from toolsafe.metrics.exporter import read_counts
+from toolsafe.metrics.exporter import Exporter, Served, read_counts, serve
 from toolsafe.recovery.counts import Counts, as_json, render
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.states import NEEDS_AGENT, TERMINAL, WAITING_ON_HUMAN, StepState
@@ -89,7 +88,7 @@ class ChaosConfig:
     bound: float = 150.0  # seconds allowed to settle after the last submission
     workdir: Path | None = None
     keep_keys: tuple[str, ...] = ()  # broker keys a flush leaves alone
-    metrics: bool = True  # the first worker exports /metrics; the report scrapes it
+    metrics: bool = True  # run the store-wide exporter; the report scrapes it
     # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
     # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
     pg_restart_command: str | None = None
@@ -193,7 +192,7 @@ class ChaosReport:
             lines.extend(["", "counts (from the event log):", render(self.counts)])
         if self.exported:
             shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.exported.items()))
-            lines.append(f"worker /metrics (whole database): {shown}")
+            lines.append(f"exporter /metrics (store-wide): {shown}")
         return "\n".join(lines)
 
     def json(self) -> dict[str, Any]:
@@ -292,7 +291,7 @@ class _Run:
         self.downstream: DownstreamProcess | None = None
         self.client: Any = None
         self.answered: set[tuple[str, str]] = set()
-        self.metrics_port: int | None = None
+        self.metrics: Served | None = None  # the one store-wide exporter
 
     def ref(self, index: int) -> str:
         return f"{self.prefix}{index:05d}"
@@ -316,7 +315,7 @@ class _Run:
         self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
         env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
-            self.metrics_port = free_port()
+            self.metrics = serve(Exporter(self.sql_store, poll_interval=0.2))
         self.workers = Fleet()
         run_id = self.prefix[6:-1]
         for number in range(config.workers):
@@ -328,15 +327,14 @@ class _Run:
                 loglevel="WARNING",
                 without=("gossip", "mingle", "heartbeat"),
             )
-            worker_env = dict(env)
-            if number == 0 and self.metrics_port is not None:
-                worker_env["TOOLSAFE_METRICS_PORT"] = str(self.metrics_port)
-            self.workers.add(start_worker(options, env=worker_env, directory=self.workdir))
+            self.workers.add(start_worker(options, env=dict(env), directory=self.workdir))
         self.env = env
         self.beat = self.start_beat()
         self.client = Client(create_app(Settings.from_env(env)))
 
     def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         if self.beat is not None:
             self.beat.stop()
         if self.workers is not None:
@@ -532,15 +530,17 @@ class _Run:
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
-        if self.metrics_port is not None:
-            report.exported = scrape(self.metrics_port)
+        if self.metrics is not None:
+            self.metrics.exporter.poll()  # everything committed so far, then scrape
+            report.exported = scrape(self.metrics.port)
 
 
 _SAMPLE = re.compile(r"^(toolsafe_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$")
 
 
 def scrape(port: int) -> dict[str, float]:
-    """A few figures from the first worker's /metrics (empty when it does not answer)."""
+    """A few figures from the exporter's /metrics, summed over tools (empty when it does
+    not answer)."""
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     except httpx.HTTPError:
@@ -553,8 +553,16 @@ def scrape(port: int) -> dict[str, float]:
     found: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if match and (match.group(1) + (match.group(2) or "")) in wanted:
-            found[wanted[match.group(1) + (match.group(2) or "")]] = float(match.group(3))
+        if match is None:
+            continue
+        labels = ",".join(
+            part
+            for part in (match.group(2) or "").strip("{}").split(",")
+            if part and not part.startswith("tool=")
+        )
+        key = match.group(1) + (f"{{{labels}}}" if labels else "")
+        if key in wanted:
+            found[wanted[key]] = found.get(wanted[key], 0.0) + float(match.group(3))
     return found
 
 
