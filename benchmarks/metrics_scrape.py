@@ -98,12 +98,13 @@ WHERE s.id BETWEEN %s AND %s
 ORDER BY s.id, e.n
 """
 
+NEW_EVENTS: Final = 1000
 # 1,000 new events after the catch-up: noops (redeliveries with nothing to do).
 NEW_EVENTS_SQL: Final = """
 INSERT INTO step_events (step_id, operation_ref, at, kind, from_state, to_state, label, detail)
-SELECT id, operation_ref, now(), 'noop', state, state, 'execute claim refused',
+SELECT s.id, s.operation_ref, now(), 'noop', s.state, s.state, 'execute claim refused',
     '{"claim": "execute", "reason": "terminal"}'::jsonb
-FROM steps ORDER BY id DESC LIMIT 1000
+FROM generate_series(1, %s) AS g JOIN steps s ON s.id = 1 + mod(g, %s)
 """
 
 
@@ -177,11 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             exporter.poll()
             catch_up = time.perf_counter() - started
             folded = exporter.follower.tally.events
-            database.execute(NEW_EVENTS_SQL)
+            with database.connect() as conn:
+                conn.execute(NEW_EVENTS_SQL.encode(), (NEW_EVENTS, size))
             started = time.perf_counter()
             new = exporter.poll()
             poll_ms = (time.perf_counter() - started) * 1000
-            if new != 1000:
+            if new != NEW_EVENTS:
                 raise BenchError(f"the poll after 1,000 new events folded {new}")
             served = Served(exporter, "127.0.0.1", 0)
             try:

@@ -84,3 +84,12 @@ def test_gateway_prints_both_figures_with_their_baselines(pg_url: str, redis_url
     assert "in-process Client" in out and "GatewayClient over HTTP" in out
     assert "gateway adds" in out and "one HTTP request adds" in out
     assert "change feed wake-up (LISTEN/NOTIFY)" in out and "the old polling loop" in out
+
+
+def test_metrics_scrape_prints_scrape_times_and_the_old_computation(
+    pg_url: str, redis_url: str
+) -> None:
+    out = run_benchmark("metrics_scrape", pg_url, redis_url, "--sizes", "200,500", "--rounds", "3")
+    assert "      500 steps" in out and "old whole-table" in out
+    assert "old/new" in out and "catch-up s" in out
+    assert "target: not measured" in out  # the target is at 10^6 steps

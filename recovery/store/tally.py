@@ -91,21 +91,18 @@ _AFTER_OR_AWAITED: Final = _query(True)
 _LAST_ID: Final = select(func.max(step_events.c.id))
 
 
-def _row(values: Sequence[Any]) -> EventRow:
-    id_, at, kind, src, dst, reason, claim, commit_state, tool, submitted_at, since = values
-    return EventRow(
-        id=id_,
-        at=at,
-        kind=kind,
-        from_state=None if src is None else StepState(src),
-        to_state=None if dst is None else StepState(dst),
-        reason=reason,
-        claim=claim,
-        commit_state=commit_state,
-        tool=tool,
-        submitted_at=submitted_at,
-        unknown_since=since,
-    )
+_STATES: Final[dict[str | None, StepState | None]] = {
+    None: None,
+    **{state.value: state for state in StepState},
+}
+
+
+def _rows(conn: Connection, query: Select[Any], params: dict[str, Any]) -> list[EventRow]:
+    states = _STATES
+    return [
+        EventRow(id_, at, kind, states[src], states[dst], *rest)
+        for id_, at, kind, src, dst, *rest in conn.execute(query, params).all()
+    ]
 
 
 def _read(store: StepStore, work: Callable[[Connection], T]) -> T:
@@ -126,7 +123,7 @@ def events_after(
     if ids:
         params["ids"] = ids
     query = _AFTER_OR_AWAITED if ids else _AFTER
-    return _read(store, lambda conn: [_row(values) for values in conn.execute(query, params)])
+    return _read(store, lambda conn: _rows(conn, query, params))
 
 
 def last_event_id(store: StepStore) -> int:

@@ -134,6 +134,7 @@ def test_a_baseline_plus_polls_equals_a_new_baseline(store: StepStore) -> None:
     assert exporter.poll() == 3
     later = Exporter(store)
     later.poll()
+
     def figures(text: str) -> list[str]:
         return [line for line in text.splitlines() if "poll_seconds" not in line]
 

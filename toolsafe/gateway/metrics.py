@@ -24,6 +24,25 @@ UNMATCHED: Final = "unmatched"
 """The route label of a request no route matched (its path is not a label: unbounded)."""
 
 
+def template(scope: Scope) -> str:
+    """The route template that answered, prefix included (``/v1/calls/{operation_ref:path}``).
+
+    FastAPI reports the matched route; depending on its version an included router's
+    routes carry their prefix or not, so the prefix is what precedes the part of the
+    path the route's own pattern matches."""
+    route = scope.get("route")
+    path_format = getattr(route, "path_format", None) or getattr(route, "path", None)
+    if not isinstance(path_format, str):
+        return UNMATCHED
+    pattern = getattr(route, "path_regex", None)
+    path = str(scope.get("path", ""))
+    if pattern is not None:
+        for cut, char in enumerate(path):
+            if char == "/" and pattern.match(path[cut:]):
+                return path[:cut] + path_format
+    return path_format
+
+
 class RequestMetrics:
     """ASGI middleware counting every HTTP request it passes on, refusals included."""
 
@@ -59,7 +78,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or UNMATCHED
+            route = template(scope)
             method = str(scope["method"])
             self.requests.labels(route, method, str(status)).inc()
             self.latency.labels(route, method).observe(time.perf_counter() - started)
