@@ -302,3 +302,54 @@ def test_the_exporter_shows_queue_depth_and_says_when_the_broker_is_down(
     down = Exporter(store, queues=QueueDepth("redis://127.0.0.1:1/0", QUEUES, timeout=0.5))
     down.poll()
     assert "toolsafe_queue_up 0.0" in lines_of(down.text())
+
+
+# ------------------------------------------------------------------ toolsafe metrics
+
+
+def test_toolsafe_metrics_serves_until_sigterm(store: StepStore, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = store.engine.url.render_as_string(hide_password=False)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")},
+        "TOOLSAFE_DATABASE_URL": url,
+        "TOOLSAFE_BROKER_URL": f"filesystem://{tmp_path / 'broker'}",
+        "TOOLSAFE_METRICS_POLL_INTERVAL": "0.05",
+    }
+    command = [sys.executable, "-m", "toolsafe", "metrics", "--port", "0"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("metrics on http://127.0.0.1:"), first
+        address = first.split()[-1]
+        shown = ""
+        for _ in range(200):
+            shown = httpx.get(address, timeout=5).text
+            if "toolsafe_counts_up 1.0" in shown:
+                break
+        assert f'toolsafe_steps{{state="succeeded",tool="{TOOL}"}} 2.0' in shown
+        assert 'toolsafe_queue_messages{queue="toolsafe.execute"} 0.0' in shown
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_toolsafe_metrics_without_a_port_says_what_to_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from toolsafe.cli.main import main
+
+    assert main(["metrics"]) == 2
+    assert capsys.readouterr().err == (
+        "toolsafe: error: give --port or set TOOLSAFE_METRICS_PORT\n"
+    )

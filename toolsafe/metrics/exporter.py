@@ -182,9 +182,9 @@ class Exporter(Collector):
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception:
+            except Exception as error:
                 # The database is down or restarting: the gauge says so; try again.
-                log.exception("event log unreadable", extra={"event": "metrics_failed"})
+                log.warning("event log unreadable: %s", error, extra={"event": "metrics_failed"})
             self._stop.wait(self.poll_interval)
 
     def start(self) -> Exporter:
