@@ -129,3 +129,109 @@ def events_after(
 def last_event_id(store: StepStore) -> int:
     """The highest event id committed (0 for an empty log)."""
     return int(_read(store, lambda conn: conn.execute(_LAST_ID).scalar()) or 0)
+
+
+# ------------------------------------------------------------------ the history at once
+
+
+class EventGroup(NamedTuple):
+    """Events alike in every field the exporter reads, with how many there are and, for
+    each histogram, the bucket their seconds fall in and the seconds' sum."""
+
+    kind: str
+    from_state: StepState | None
+    to_state: StepState | None
+    reason: str | None
+    claim: str | None
+    commit_state: str | None
+    tool: str | None
+    events: int
+    took_bucket: int | None  # submission → this event, for a move into a terminal state
+    took_sum: float
+    waited_bucket: int | None  # unknown_since → this event, for an exit from verifying
+    waited_sum: float
+
+
+def _seconds(dialect: str, end: Any, start: Any) -> Any:
+    if dialect == "postgresql":
+        return func.extract("epoch", end - start)
+    return (func.julianday(end) - func.julianday(start)) * 86400.0
+
+
+def _bucket(value: Any, bounds: Sequence[float]) -> Any:
+    """The index ``bisect_left(bounds, value)`` (``len(bounds)`` past the last)."""
+    whens = [(value <= bound, index) for index, bound in enumerate(bounds)]
+    return case(*whens, else_=len(bounds))
+
+
+def _history_query(dialect: str, bounds: Sequence[float]) -> Select[Any]:
+    from toolsafe.recovery.states import TERMINAL
+
+    terminal = [state.value for state in TERMINAL]
+    raw_took = _seconds(dialect, step_events.c.at, steps.c.created_at)
+    moved = or_(
+        step_events.c.from_state.is_(None), step_events.c.from_state != step_events.c.to_state
+    )
+    took = case(
+        (
+            and_(step_events.c.to_state.in_(terminal), moved),
+            case((raw_took < 0, 0.0), else_=raw_took),
+        ),
+        else_=None,
+    )
+    raw_waited = _seconds(dialect, step_events.c.at, _COLUMNS[-1])
+    waited = case((raw_waited < 0, 0.0), else_=raw_waited)
+    inner = (
+        select(*_COLUMNS[2:9], took.label("took"), waited.label("waited"))
+        .select_from(step_events.outerjoin(steps, steps.c.id == step_events.c.step_id))
+        .where(step_events.c.id <= bindparam("upto"))
+        .subquery()
+    )
+    keys = [inner.c[index] for index in range(7)]
+    took_bucket = case((inner.c.took.is_(None), None), else_=_bucket(inner.c.took, bounds))
+    waited_bucket = case((inner.c.waited.is_(None), None), else_=_bucket(inner.c.waited, bounds))
+    return select(
+        *keys,
+        func.count(),
+        took_bucket,
+        func.coalesce(func.sum(inner.c.took), 0.0),
+        waited_bucket,
+        func.coalesce(func.sum(inner.c.waited), 0.0),
+    ).group_by(*keys, took_bucket, waited_bucket)
+
+
+def settled_position(store: StepStore, before: datetime) -> int:
+    """The highest id among events written before ``before``: every id below it has
+    committed or never will (no write transaction stays open that long)."""
+    query = select(func.max(step_events.c.id)).where(step_events.c.at < before)
+    return int(_read(store, lambda conn: conn.execute(query).scalar()) or 0)
+
+
+def history(store: StepStore, upto: int, bounds: Sequence[float]) -> list[EventGroup]:
+    """Every event with an id up to ``upto``, grouped in the database (one pass)."""
+
+    def work(conn: Connection) -> list[EventGroup]:
+        query = _history_query(conn.dialect.name, bounds)
+        groups = []
+        for values in conn.execute(query, {"upto": upto}):
+            kind, src, dst, reason, claim, commit_state, tool = values[:7]
+            events, took_bucket, took_sum, waited_bucket, waited_sum = values[7:]
+            groups.append(
+                EventGroup(
+                    kind,
+                    _STATES[src],
+                    _STATES[dst],
+                    reason,
+                    claim,
+                    commit_state,
+                    tool,
+                    int(events),
+                    took_bucket,
+                    float(took_sum),
+                    waited_bucket,
+                    float(waited_sum),
+                )
+            )
+        return groups
+
+    return _read(store, work)

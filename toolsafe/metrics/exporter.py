@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -34,11 +35,11 @@ from prometheus_client.registry import Collector
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.metrics.follower import EventFollower
 from toolsafe.metrics.queues import QueueDepth
-from toolsafe.metrics.tally import Histogram, Tally
+from toolsafe.metrics.tally import DURATION_BUCKETS, Histogram, Tally
 from toolsafe.recovery.counts import Counts, compute_counts
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore, StorePort
-from toolsafe.recovery.store.tally import events_after
+from toolsafe.recovery.store.tally import EventGroup, events_after, history, settled_position
 from toolsafe.settings import Settings
 
 log = logging.getLogger("toolsafe.metrics")
@@ -147,7 +148,11 @@ class Exporter(Collector):
         self.store = store
         self.queues = queues
         self.poll_interval = poll_interval
-        self.follower = EventFollower(partial(events_after, store), gap_timeout=gap_timeout)
+        self.follower = EventFollower(
+            partial(events_after, store),
+            history=partial(_history, store),
+            gap_timeout=gap_timeout,
+        )
         self.caught_up = threading.Event()  # set after the first poll that worked
         self.healthy = False
         self.last_poll_seconds = 0.0
@@ -257,6 +262,15 @@ class Exporter(Collector):
 
     def text(self) -> str:
         return generate_latest(self.registry).decode("utf-8")
+
+
+def _history(store: StepStore, before: float) -> tuple[int, list[EventGroup]]:
+    if store.engine.dialect.name != "postgresql":
+        # SQLite has no exact time arithmetic in SQL (julianday is a double of days),
+        # and an embedded store is small: read it event by event.
+        return 0, []
+    upto = settled_position(store, datetime.fromtimestamp(before, UTC))
+    return upto, history(store, upto, DURATION_BUCKETS) if upto else []
 
 
 def _copy(tally: Tally) -> Tally:

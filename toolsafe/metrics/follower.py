@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from toolsafe.metrics.tally import Row, Tally
+from toolsafe.metrics.tally import Group, Row, Tally
 
 MAX_AWAITED: Final = 100_000
 """Awaited ids kept at most (a rolled-back batch of that many would need more)."""
@@ -33,6 +33,10 @@ Reader = Callable[[int, Sequence[int], int], Sequence[EventRow]]
 """``read(after, awaited, limit)``: committed events with an id above ``after`` or in
 ``awaited``, in id order, at most ``limit`` (``toolsafe.recovery.store.tally``)."""
 
+History = Callable[[float], tuple[int, Sequence[Group]]]
+"""``history(before)``: ``(upto, groups)``, every event up to the id ``upto`` (the newest
+event written before the time ``before``) grouped alike, for a fast first read."""
+
 
 class EventFollower:
     """A :class:`Tally` kept up to date by :meth:`poll`; thread-safe to read with ``lock``."""
@@ -41,11 +45,13 @@ class EventFollower:
         self,
         read: Reader,
         *,
+        history: History | None = None,
         gap_timeout: float = 60.0,
         batch: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.read = read
+        self.history = history
         self.gap_timeout = gap_timeout
         self.batch = batch
         self.clock = clock
@@ -64,8 +70,17 @@ class EventFollower:
 
     def _poll(self) -> int:
         now = self.clock()
-        awaited: Sequence[int] = sorted(self.awaited)
         folded = 0
+        if self.history is not None and self.polls == 0 and self.position == 0:
+            # The history older than gap_timeout has no transaction open below it: read
+            # it grouped in the database; the rest, event by event, gaps awaited.
+            upto, groups = self.history(now - self.gap_timeout)
+            with self.lock:
+                for group in groups:
+                    self.tally.fold_group(group)
+                    folded += group.events
+                self.position = max(self.position, upto)
+        awaited: Sequence[int] = sorted(self.awaited)
         while True:
             rows = self.read(self.position, awaited, self.batch)
             awaited = ()  # asked for once a poll

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Final, Protocol
 
 from toolsafe.recovery.reasons import REFUSED_NOOPS, UNSPECIFIED, UNVERIFIABLE_UNKNOWN
@@ -43,11 +44,9 @@ LOOKUP_RESULTS: Final = {
 """What one lookup (a ``looked_up`` event) found, by the state it left the step in."""
 
 
-class Row(Protocol):
-    """What the tally reads of an event (``toolsafe.recovery.store.tally.EventRow``)."""
+class Fields(Protocol):
+    """What an event and a group of alike events have in common."""
 
-    @property
-    def at(self) -> datetime: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -62,10 +61,33 @@ class Row(Protocol):
     def commit_state(self) -> str | None: ...
     @property
     def tool(self) -> str | None: ...
+
+
+class Row(Fields, Protocol):
+    """What the tally reads of an event (``toolsafe.recovery.store.tally.EventRow``)."""
+
+    @property
+    def at(self) -> datetime: ...
     @property
     def submitted_at(self) -> datetime | None: ...
     @property
     def unknown_since(self) -> datetime | None: ...
+
+
+class Group(Fields, Protocol):
+    """Events alike (``toolsafe.recovery.store.tally.EventGroup``): how many, and for each
+    histogram the bucket index their seconds fall in (None: not observed) and the sum."""
+
+    @property
+    def events(self) -> int: ...
+    @property
+    def took_bucket(self) -> int | None: ...
+    @property
+    def took_sum(self) -> float: ...
+    @property
+    def waited_bucket(self) -> int | None: ...
+    @property
+    def waited_sum(self) -> float: ...
 
 
 @dataclass
@@ -83,6 +105,11 @@ class Histogram:
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
+
+    def add(self, index: int, n: int, total: float) -> None:
+        """``n`` observations in bucket ``index`` (as ``observe`` would place them)."""
+        self.counts[index] += n
+        self.total += total
 
     @property
     def count(self) -> int:
@@ -120,53 +147,77 @@ class Tally:
 
     def fold(self, row: Row) -> None:
         """Count one event (each event exactly once, in any order across steps)."""
-        self.events += 1
+        took = _seconds(row.at, row.submitted_at)
+        waited = _seconds(row.at, row.unknown_since)
+        self._count(
+            row,
+            1,
+            None if took is None else partial(Histogram.observe, value=took),
+            None if waited is None else partial(Histogram.observe, value=waited),
+        )
+
+    def fold_group(self, group: Group) -> None:
+        """Count ``group.events`` events alike (the history, grouped in the database)."""
+        n = group.events
+        took = waited = None
+        if group.took_bucket is not None:
+            took = partial(Histogram.add, index=group.took_bucket, n=n, total=group.took_sum)
+        if group.waited_bucket is not None:
+            waited = partial(Histogram.add, index=group.waited_bucket, n=n, total=group.waited_sum)
+        self._count(group, n, took, waited)
+
+    def _count(
+        self,
+        row: Fields,
+        n: int,
+        took: Callable[[Histogram], None] | None,
+        waited: Callable[[Histogram], None] | None,
+    ) -> None:
+        self.events += n
         tool = row.tool or UNKNOWN_TOOL
         src, dst = row.from_state, row.to_state
         if row.kind == "noop":
             reason = row.reason or UNSPECIFIED
             claim = row.claim or "execute"
             if claim == "execute" and reason in REFUSED_NOOPS:
-                self.prevented["execution_refused", reason] += 1
+                self.prevented["execution_refused", reason] += n
             else:
-                self.prevented["idle_redelivery", f"{claim}:{reason}"] += 1
+                self.prevented["idle_redelivery", f"{claim}:{reason}"] += n
             return
         if src is not dst:
             if src is not None:
-                self.steps[tool, src.value] -= 1
+                self.steps[tool, src.value] -= n
             if dst is not None:
-                self.steps[tool, dst.value] += 1
+                self.steps[tool, dst.value] += n
         if src is None and dst is StepState.PENDING:
-            self.submitted[tool] += 1
+            self.submitted[tool] += n
         if dst is StepState.IN_FLIGHT and src is not StepState.IN_FLIGHT:
-            self.executions[tool] += 1
+            self.executions[tool] += n
         if dst is None or src is dst:
             if row.kind == "looked_up" and dst is StepState.VERIFYING:
-                self.lookups[tool, LOOKUP_RESULTS[dst]] += 1
+                self.lookups[tool, LOOKUP_RESULTS[dst]] += n
             return
         if row.kind == "looked_up":
-            self.lookups[tool, LOOKUP_RESULTS.get(dst, dst.value)] += 1
+            self.lookups[tool, LOOKUP_RESULTS.get(dst, dst.value)] += n
         if dst in TERMINAL:
-            self.finished[tool, dst.value] += 1
-            took = _seconds(row.at, row.submitted_at)
+            self.finished[tool, dst.value] += n
             if took is not None:
-                self.duration.setdefault(tool, Histogram()).observe(took)
+                took(self.duration.setdefault(tool, Histogram()))
         if dst is StepState.ESCALATED:
-            self.escalations[tool, row.reason or UNSPECIFIED] += 1
+            self.escalations[tool, row.reason or UNSPECIFIED] += n
             if src is StepState.IN_FLIGHT and self._unknown_write(row):
                 # A write whose outcome is unknown and that no lookup can settle.
-                self.unknown_resolved[tool, "escalated"] += 1
+                self.unknown_resolved[tool, "escalated"] += n
         if src is StepState.VERIFYING:
             resolution = RESOLUTIONS.get(dst, dst.value)
-            self.unknown_resolved[tool, resolution] += 1
+            self.unknown_resolved[tool, resolution] += n
             if resolution == "committed":
-                self.prevented["found_committed", "verification"] += 1
-            waited = _seconds(row.at, row.unknown_since)
+                self.prevented["found_committed", "verification"] += n
             if waited is not None:
-                self.recovery_wait.setdefault(tool, Histogram()).observe(waited)
+                waited(self.recovery_wait.setdefault(tool, Histogram()))
 
     @staticmethod
-    def _unknown_write(row: Row) -> bool:
+    def _unknown_write(row: Fields) -> bool:
         return (
             row.kind == "lease_expired"
             or row.commit_state == "unknown"
