@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
-from sqlalchemy import Connection, Select, and_, bindparam, case, func, or_, select
+from sqlalchemy import Connection, Select, and_, bindparam, case, func, or_, select, text, true
 
 from toolsafe.recovery.db import with_db_retry
 from toolsafe.recovery.schema import step_events, steps
@@ -105,9 +105,13 @@ def _rows(conn: Connection, query: Select[Any], params: dict[str, Any]) -> list[
     ]
 
 
-def _read(store: StepStore, work: Callable[[Connection], T]) -> T:
+def _read(store: StepStore, work: Callable[[Connection], T], *, scan: bool = False) -> T:
     def attempt() -> T:
         with store.engine.connect() as conn, conn.begin():
+            if scan and conn.dialect.name == "postgresql":
+                # A whole-table pass looks expensive to the planner, which would spend
+                # longer compiling it (JIT) than running it.
+                conn.execute(text("SET LOCAL jit = off"))
             return work(conn)
 
     return with_db_retry(attempt)
@@ -179,11 +183,28 @@ def _history_query(dialect: str, bounds: Sequence[float]) -> Select[Any]:
         ),
         else_=None,
     )
-    raw_waited = _seconds(dialect, step_events.c.at, _COLUMNS[-1])
+    # The start of the verification round an exit from verifying ends, looked up once
+    # per such event (a lateral join; for any other event its filter is false at once).
+    entry = step_events.alias("entry")
+    since = (
+        select(func.max(entry.c.at).label("since"))
+        .where(
+            step_events.c.from_state == _VERIFYING,
+            step_events.c.to_state != _VERIFYING,
+            entry.c.operation_ref == step_events.c.operation_ref,
+            entry.c.id < step_events.c.id,
+            entry.c.to_state == _VERIFYING,
+            or_(entry.c.from_state.is_(None), entry.c.from_state != _VERIFYING),
+        )
+        .lateral("round")
+    )
+    raw_waited = _seconds(dialect, step_events.c.at, since.c.since)
     waited = case((raw_waited < 0, 0.0), else_=raw_waited)
     inner = (
         select(*_COLUMNS[2:9], took.label("took"), waited.label("waited"))
-        .select_from(step_events.outerjoin(steps, steps.c.id == step_events.c.step_id))
+        .select_from(
+            step_events.outerjoin(steps, steps.c.id == step_events.c.step_id).join(since, true())
+        )
         .where(step_events.c.id <= bindparam("upto"))
         .subquery()
     )
@@ -204,7 +225,7 @@ def settled_position(store: StepStore, before: datetime) -> int:
     """The highest id among events written before ``before``: every id below it has
     committed or never will (no write transaction stays open that long)."""
     query = select(func.max(step_events.c.id)).where(step_events.c.at < before)
-    return int(_read(store, lambda conn: conn.execute(query).scalar()) or 0)
+    return int(_read(store, lambda conn: conn.execute(query).scalar(), scan=True) or 0)
 
 
 def history(store: StepStore, upto: int, bounds: Sequence[float]) -> list[EventGroup]:
@@ -234,4 +255,4 @@ def history(store: StepStore, upto: int, bounds: Sequence[float]) -> list[EventG
             )
         return groups
 
-    return _read(store, work)
+    return _read(store, work, scan=True)
