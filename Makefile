@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# Playwright (the browser tests) uses the system's Chromium: never download a browser.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: demo test lint typecheck pytest venv venv-dev clean schema coverage
 

@@ -108,6 +108,7 @@ class _Options:
     lookup: Callable[[str], object] | None = None
     input_model: type[BaseModel] | None = None
     description: str | None = None
+    title: str | None = None
     errors: ErrorTable = field(default_factory=dict)
     absent: tuple[type[BaseException], ...] = ()
     upstream_codes: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +133,8 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         codes.spec_for(code)
     if options.timeout is not None and not options.timeout > 0:
         raise ValueError(f"tool {name!r}: timeout must be a positive number of seconds")
+    if options.title is not None and not (isinstance(options.title, str) and options.title.strip()):
+        raise ValueError(f"tool {name!r}: title must be non-empty text when given")
     if not options.writes and options.lookup is not None:
         raise TypeError(f"tool {name!r}: a read has nothing to look up; drop lookup=")
     shape = _signature(
@@ -144,6 +147,7 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         "has_lookup": options.lookup is not None,
         "consistency_window": options.consistency_window,
         "description": _description(function, options.description),
+        "title": options.title,
         "errors": dict(options.errors),
         "absent": tuple(options.absent),
         "upstream_codes": dict(options.upstream_codes),
@@ -178,6 +182,7 @@ def tool(
     lookup: Callable[[str], object] | None = None,
     input_model: type[BaseModel] | None = None,
     description: str | None = None,
+    title: str | None = None,
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
     upstream_codes: Mapping[str, str] | None = None,
@@ -199,6 +204,7 @@ def tool(
     lookup: Callable[[str], object] | None = None,
     input_model: type[BaseModel] | None = None,
     description: str | None = None,
+    title: str | None = None,
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
     upstream_codes: Mapping[str, str] | None = None,
@@ -218,6 +224,8 @@ def tool(
     field (or a callable) that proves the write. ``lookup(operation_ref)`` returns the
     record, or ``None`` when the downstream does not hold it. ``errors`` maps exception
     types to catalogue codes; any other exception is ``unknown`` and gets verified.
+    ``description`` (default: the docstring) is what a model reads about the tool;
+    ``title`` an optional display name.
     """
     options = _Options(
         name=name,
@@ -225,6 +233,7 @@ def tool(
         lookup=lookup,
         input_model=input_model,
         description=description,
+        title=title,
         errors=errors or {},
         absent=absent,
         upstream_codes=upstream_codes or {},
@@ -251,6 +260,7 @@ def read_tool(
     name: str | None = None,
     input_model: type[BaseModel] | None = None,
     description: str | None = None,
+    title: str | None = None,
     errors: ErrorTable | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = None,
@@ -268,6 +278,7 @@ def read_tool(
     name: str | None = None,
     input_model: type[BaseModel] | None = None,
     description: str | None = None,
+    title: str | None = None,
     errors: ErrorTable | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = None,
@@ -283,6 +294,7 @@ def read_tool(
         writes=False,
         input_model=input_model,
         description=description,
+        title=title,
         errors=errors or {},
         upstream_codes=upstream_codes or {},
         evidence=evidence,

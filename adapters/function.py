@@ -140,7 +140,6 @@ def _evidence(value: object, source: str | Callable[[Any], object] | None) -> st
 class FunctionAdapter(Adapter[BaseModel]):
     """An adapter around a plain function; made by :func:`tool` and :func:`read_tool`."""
 
-    description: ClassVar[str] = ""
     errors: ClassVar[Mapping[type[BaseException], str | Raised]] = {}
     absent: ClassVar[tuple[type[BaseException], ...]] = ()
     upstream_codes: ClassVar[Mapping[str, str]] = {}

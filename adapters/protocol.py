@@ -6,6 +6,7 @@ decides nothing about retries beyond what it can prove about its own call.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -121,19 +122,39 @@ class Adapter(ABC, Generic[InputT]):
 
     Subclasses set the class attributes and implement :meth:`execute`; write adapters
     that can look an operation up downstream set ``has_lookup`` and implement
-    :meth:`lookup`. ``consistency_window`` is how long after a write the downstream's
-    lookup may still miss it. Input fields typed ``SecretStr`` are encrypted at rest.
+    :meth:`lookup`. ``description`` is what a model reads about the tool (falling back to
+    the class's own docstring), ``title`` an optional display name.
+    ``consistency_window`` is how long after a write the downstream's lookup may still
+    miss it. Input fields typed ``SecretStr`` are encrypted at rest.
     """
 
     tool: ClassVar[str]
     writes: ClassVar[bool]
     input_model: ClassVar[type[BaseModel]]
+    # What a model is told the tool does (tool definitions of every agent stack), and an
+    # optional human-readable name. Without a description, the class's own docstring.
+    description: ClassVar[str] = ""
+    title: ClassVar[str | None] = None
     # The shape of a success's ``result`` (optional): a result passes it before it is
     # stored or shown (unknown keys dropped, types checked), then every string in it is
     # cleaned and scanned (``toolsafe.adapters.results``). Leave extra keys to be ignored.
     result_model: ClassVar[type[BaseModel] | None] = None
     has_lookup: ClassVar[bool] = False
     consistency_window: ClassVar[timedelta] = timedelta(0)
+
+    @classmethod
+    def describe(cls) -> str:
+        """The tool's description: ``description`` when declared, else the first
+        paragraph of the class's own docstring (never a base class's), else a plain
+        sentence naming the tool and whether it writes."""
+        declared = cls.description.strip()
+        if declared:
+            return declared
+        own = cls.__dict__.get("__doc__")
+        if isinstance(own, str) and own.strip():
+            return inspect.cleandoc(own).split("\n\n", 1)[0].replace("\n", " ")
+        kind = "a write" if cls.writes else "a read-only call"
+        return f"The {cls.tool} tool ({kind}), run through toolsafe."
 
     def parse_input(self, raw: Mapping[str, Any]) -> InputT:
         """The raw input as the adapter's model; raises ``ValidationError``."""

@@ -31,6 +31,7 @@ class BenchWrite(Adapter[BenchInput]):
     """Succeeds after ``call_ms``; writes nothing anywhere, so a lookup finds nothing."""
 
     tool: ClassVar[str] = TOOL
+    description: ClassVar[str] = "A benchmark write that succeeds after call_ms and does nothing."
     writes: ClassVar[bool] = True
     input_model: ClassVar[type[BaseModel]] = BenchInput
     has_lookup: ClassVar[bool] = True

@@ -41,13 +41,17 @@ CHUNK = 25
 class NoHints:
     """A successful step publishes nothing; anything else would be a bug here."""
 
-    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def execute(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         raise BenchError(f"step {operation_ref} asked to run again")
 
-    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def verify(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         raise BenchError(f"step {operation_ref} asked for verification")
 
-    def escalation(self, operation_ref: str) -> None:
+    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
         raise BenchError(f"step {operation_ref} escalated")
 
 

@@ -33,6 +33,7 @@ from toolsafe.recovery.outcomes import (
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy
+from toolsafe.recovery.resolution import check_resolution
 from toolsafe.recovery.states import ALLOWED, LABELS, WAITING, StepState
 
 S = StepState
@@ -389,16 +390,29 @@ def _approved(step: StepSnapshot, outcome: Approved, now: datetime) -> Decision:
 
 def _resolved(step: StepSnapshot, outcome: Resolved, now: datetime, policy: Policy) -> Decision:
     _require(step, S.ESCALATED, R.NOT_ESCALATED, "resolved")
-    extra = {"operator": outcome.operator, "reason": outcome.reason}
+    check_resolution(step, outcome)
+    extra: dict[str, str | bool] = {"operator": outcome.operator, "reason": outcome.reason}
+    if outcome.evidence is not None and outcome.evidence.strip():
+        extra["evidence"] = outcome.evidence.strip()
     if outcome.to is S.SUCCEEDED:
-        # The operator confirmed the effect downstream: that is the evidence.
+        # The operator's downstream reference is the evidence (checked by hand, not by a
+        # lookup): the envelope and the view say so.
         return _to(
-            step, S.SUCCEEDED, "succeed", "committed", reason=R.OPERATOR_RESOLVED, extra=extra
+            step,
+            S.SUCCEEDED,
+            "succeed",
+            "committed",
+            reason=R.OPERATOR_RESOLVED,
+            evidence_ref=extra["evidence"],
+            extra=extra,
         )
     if outcome.to is S.FAILED:
-        return _to(
-            step, S.FAILED, "fail", step.commit_state, reason=R.OPERATOR_RESOLVED, extra=extra
-        )
+        commit: CommitState | None = step.commit_state
+        if outcome.confirm_not_written:
+            # The operator checked the downstream and states the write did not happen.
+            extra["confirm_not_written"] = True
+            commit = "not_committed"
+        return _to(step, S.FAILED, "fail", commit, reason=R.OPERATOR_RESOLVED, extra=extra)
     if outcome.to is not S.PENDING:
         raise TransitionRefused(
             R.INVALID_RESOLUTION,

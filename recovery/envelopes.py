@@ -104,18 +104,32 @@ def _success(
     if isinstance(outcome, LookedUp) and isinstance(outcome.result, LookupFound):
         return verified_success(step.operation_ref, outcome.result)
     if isinstance(outcome, Resolved):
-        # The operator's statement is the evidence; it says who closed the step and why.
-        operator = safe_detail_value(outcome.operator)
+        # Closed by an operator, not verified by toolsafe: the result says who closed it,
+        # why, and the downstream reference they checked (the evidence).
         return AnySuccess(
             operation_ref=step.operation_ref,
-            result={
-                "resolved_by": "operator",
-                "operator": operator if isinstance(operator, str) else "unnamed",
-                "reason": safe_text(outcome.reason),
-            },
-            verification=Verification(checked_at=now, evidence_ref="operator_resolution"),
+            result=operator_resolution(outcome),
+            verification=Verification(
+                checked_at=now, evidence_ref=(outcome.evidence or "").strip() or None
+            ),
         )
     raise AssertionError("succeeded without an adapter success, a lookup or an operator")
+
+
+def operator_resolution(outcome: Resolved) -> dict[str, str | bool]:
+    """What an operator's resolution tells the model: ``resolved_by: operator``, who, why
+    and the evidence (``docs/lifecycle.md``, "Operator resolutions")."""
+    operator = safe_detail_value(outcome.operator)
+    shown: dict[str, str | bool] = {
+        "resolved_by": "operator",
+        "operator": operator if isinstance(operator, str) else "unnamed",
+        "reason": safe_text(outcome.reason),
+    }
+    if outcome.evidence is not None and outcome.evidence.strip():
+        shown["evidence"] = outcome.evidence.strip()
+    if outcome.confirm_not_written:
+        shown["confirm_not_written"] = True
+    return shown
 
 
 def verified_success(operation_ref: str, found: LookupFound) -> AnySuccess:

@@ -94,11 +94,17 @@ class Cancelled:
 
 @dataclass(frozen=True)
 class Resolved:
-    """An operator closes or re-drives an escalated step, with a recorded reason."""
+    """An operator closes or re-drives an escalated step, with a recorded reason.
+
+    ``evidence`` is the downstream reference the operator checked (required to close as
+    succeeded); ``confirm_not_written`` is the operator's statement that a write which may
+    have happened did not (required to close such a step as failed)."""
 
     operator: str
     reason: str
     to: StepState  # pending (re-drive), succeeded or failed
+    evidence: str | None = None
+    confirm_not_written: bool = False
 
 
 Outcome = (
@@ -138,7 +144,7 @@ class Decision:
     fingerprint_repeats: int | None = None
     input_hash: str | None = None  # corrected input accepted
     approval_input_hash: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str | bool] = field(default_factory=dict)
     # What the model sees in the new state (``toolsafe.recovery.envelopes``): None while
     # there is no outcome yet (pending); the adapter's own envelope stays in the event.
     envelope: AnySuccess | ToolError | None = None

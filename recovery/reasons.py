@@ -57,6 +57,9 @@ NOT_ESCALATED: Final = "NOT_ESCALATED"
 INVALID_RESOLUTION: Final = "INVALID_RESOLUTION"
 REDRIVE_UNVERIFIABLE: Final = "REDRIVE_UNVERIFIABLE"
 REASON_REQUIRED: Final = "REASON_REQUIRED"
+EVIDENCE_REQUIRED: Final = "EVIDENCE_REQUIRED"
+EVIDENCE_INVALID: Final = "EVIDENCE_INVALID"
+NOT_WRITTEN_UNCONFIRMED: Final = "NOT_WRITTEN_UNCONFIRMED"
 CONCURRENT_CHANGE: Final = "CONCURRENT_CHANGE"
 
 REFUSALS: Final[dict[str, str]] = {
@@ -78,9 +81,22 @@ REFUSALS: Final[dict[str, str]] = {
     ),
     REDRIVE_UNVERIFIABLE: "a re-drive of an unknown outcome needs a lookup; resolve by hand",
     REASON_REQUIRED: "an operator resolution or re-drive was given no reason",
+    EVIDENCE_REQUIRED: (
+        "a resolution to succeeded needs evidence: a reference to the effect downstream"
+    ),
+    EVIDENCE_INVALID: (
+        "the evidence is over 200 characters long, or holds characters, a secret "
+        "or instructions a reference does not"
+    ),
+    NOT_WRITTEN_UNCONFIRMED: (
+        "a resolution to failed of a write that may have happened needs confirm_not_written"
+    ),
     CONCURRENT_CHANGE: "the step changed between reading it and writing the action; read it again",
 }
 """The ``code`` of ``TransitionRefused``: the action was refused and nothing was written."""
+
+MAX_EVIDENCE: Final = 200
+"""The longest evidence an operator's resolution may carry (a downstream reference)."""
 
 # ---------------------------------------------------------------- no-op reasons
 

@@ -142,6 +142,16 @@ class Step(Base):
             "lease_expires_at",
             postgresql_where=text(LEASED_STATE_PREDICATE),
         ).ddl_if(dialect="postgresql"),
+        # The status page (toolsafe.recovery.store.overview): a state's newest steps and
+        # its capped count, overall and for one tool, read from an index range.
+        Index("ix_steps_state_id", "state", "id"),
+        Index("ix_steps_tool_state_id", "tool", "state", "id"),
+        Index(
+            "ix_steps_state_operation_ref",
+            "state",
+            "operation_ref",
+            postgresql_ops={"operation_ref": "varchar_pattern_ops"},
+        ).ddl_if(dialect="postgresql"),
         Index("ix_steps_state_due_at", "state", "due_at").ddl_if(dialect="sqlite"),
         Index("ix_steps_state_lease_expires_at", "state", "lease_expires_at").ddl_if(
             dialect="sqlite"

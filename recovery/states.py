@@ -54,6 +54,13 @@ LEASED: Final = frozenset({S.IN_FLIGHT, S.VERIFYING})
 RESOLUTION_TARGETS: Final = frozenset({S.SUCCEEDED, S.FAILED})
 """Where an operator's resolution closes an escalated step (a re-drive goes to pending)."""
 
+REDRIVEN: Final = frozenset({S.PENDING, S.VERIFYING})
+"""Where an operator's re-drive sends an escalated step (verifying when its outcome is
+unknown)."""
+
+DUE_LATER: Final = frozenset({S.WAITING_RETRY, S.VERIFYING})
+"""States whose ``due_at`` is a ``not_before``: the time the next attempt or lookup is due."""
+
 
 # (from, to, label): every edge of the lifecycle, labelled as in the docs.
 TRANSITIONS: Final[frozenset[tuple[StepState, StepState, str]]] = frozenset(

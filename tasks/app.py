@@ -18,6 +18,7 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    beat_init,
     worker_init,
     worker_process_init,
     worker_ready,
@@ -46,6 +47,13 @@ from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nud
 log = logging.getLogger("toolsafe.app")
 
 
+def monitored(tool: str | None) -> dict[str, str]:
+    """The message's ``kwargsrepr``, which Flower and the worker's log show as the task's
+    kwargs: the step's tool beside the operation_ref in ``args``, so a tool is searchable
+    in Flower. The task takes no keyword argument; it reads the step."""
+    return {} if tool is None else {"kwargsrepr": repr({"tool": tool})}
+
+
 class Publisher:
     """Publishes hints; an ETA only below ``max_eta`` (R6), jittered so retries spread."""
 
@@ -66,20 +74,31 @@ class Publisher:
         jitter = min(jitter, self.settings.max_eta - wait)
         return True, due_at + timedelta(seconds=jitter)
 
-    def _send(self, task: str, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def _send(
+        self,
+        task: str,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        tool: str | None,
+    ) -> bool:
         publish, eta = self.eta_for(due_at, now)
         if publish:
-            self.app.send_task(task, args=(operation_ref,), eta=eta)
+            self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool))
         return publish
 
-    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
-        return self._send(EXECUTE_TASK, operation_ref, due_at, now)
+    def execute(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
+        return self._send(EXECUTE_TASK, operation_ref, due_at, now, tool)
 
-    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
-        return self._send(VERIFY_TASK, operation_ref, due_at, now)
+    def verify(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
+        return self._send(VERIFY_TASK, operation_ref, due_at, now, tool)
 
-    def escalation(self, operation_ref: str) -> None:
-        self.app.send_task(ESCALATE_TASK, args=(operation_ref,))
+    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
+        self.app.send_task(ESCALATE_TASK, args=(operation_ref,), **monitored(tool))
 
     def backlog(self) -> int | None:
         """Hints waiting in the execute and verify queues; None when the broker can't say."""
@@ -145,19 +164,28 @@ def _register_tasks(app: ToolsafeApp) -> None:
             "Request": LeaseAwareRequest,
         }
 
+    # A task's result is what became of the step (its new state, not_before when it
+    # waits), which Flower shows; the task-succeeded event carries it, no backend stores it.
     @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]
-    def execute(operation_ref: str) -> str:
-        return pipeline.execute(runtime, publisher, operation_ref)
+    def execute(operation_ref: str) -> dict[str, str]:
+        report = pipeline.StepReport(operation_ref)
+        pipeline.execute(runtime, publisher, operation_ref, report)
+        return report.result()
 
     @app.task(**options(VERIFY_TASK))  # type: ignore[untyped-decorator]
-    def verify(operation_ref: str) -> str:
-        return pipeline.verify(runtime, publisher, operation_ref)
+    def verify(operation_ref: str) -> dict[str, str]:
+        report = pipeline.StepReport(operation_ref)
+        pipeline.verify(runtime, publisher, operation_ref, report)
+        return report.result()
 
     @app.task(**options(ESCALATE_TASK))  # type: ignore[untyped-decorator]
     def escalate(operation_ref: str) -> str:
         return pipeline.escalate(runtime, app.escalation_handlers(), operation_ref)
 
-    @app.task(**options(SWEEP_TASK))  # type: ignore[untyped-decorator]
+    # Sweeps run every few seconds: they send no task events, so they never drown the
+    # tool calls in Flower's task list (beat sends no task-sent event either, see
+    # create_app); their work shows in the log (event "sweep") and in the metrics.
+    @app.task(**options(SWEEP_TASK), send_events=False)  # type: ignore[untyped-decorator]
     def sweep() -> dict[str, int]:
         return pipeline.sweep(runtime, publisher, publisher.backlog)
 
@@ -195,6 +223,14 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
             ChildWatcher(app, replace_child=pool_nudge(sender)).start()
 
     worker_ready.connect(watch_children, weak=False, dispatch_uid=f"toolsafe-watch-{id(app)}")
+
+    def quiet_beat(sender: Any = None, **_: Any) -> None:
+        # Beat publishes only sweeps: no task-sent event for them (Flower would list
+        # each as a task). The workers' own hints keep theirs.
+        if getattr(sender, "app", None) is app:
+            app.conf.task_send_sent_event = False
+
+    beat_init.connect(quiet_beat, weak=False, dispatch_uid=f"toolsafe-beat-{id(app)}")
     return app
 
 

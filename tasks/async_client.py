@@ -87,9 +87,24 @@ class AsyncClient:
         return await self._run(self.client.reject, operation_ref, approver, reason)
 
     async def resolve(
-        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+        self,
+        operation_ref: str,
+        to: StepState | str,
+        operator: str,
+        reason: str,
+        *,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> StepView:
-        return await self._run(self.client.resolve, operation_ref, to, operator, reason)
+        return await self._run(
+            self.client.resolve,
+            operation_ref,
+            to,
+            operator,
+            reason,
+            evidence=evidence,
+            confirm_not_written=confirm_not_written,
+        )
 
     async def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
         return await self._run(self.client.redrive, operation_ref, operator, reason)

@@ -163,21 +163,21 @@ class Client:
         step = submitted.step
         runtime.faults.hit("after_submit_commit", step.operation_ref)
         if submitted.event is not None:
-            self._publish_after_commit(step.operation_ref, now)
+            self._publish_after_commit(step.operation_ref, now, step.tool)
             # Nothing happened to a new step yet: its only event is the one just written.
             return Submission(build_view(step, (submitted.event,)), True)
         # An earlier submitter committed but may have died before publishing.
         if (
             step.state is StepState.PENDING
             and self._unpublished(step, now)
-            and self._publish_after_commit(step.operation_ref, now)
+            and self._publish_after_commit(step.operation_ref, now, step.tool)
         ):
             runtime.store.mark_published(step.operation_ref, utcnow())
         return Submission(self.view(step.operation_ref), False)
 
-    def _publish_after_commit(self, operation_ref: str, now: datetime) -> bool:
+    def _publish_after_commit(self, operation_ref: str, now: datetime, tool: str) -> bool:
         try:
-            self.hints.execute(operation_ref, None, now)
+            self.hints.execute(operation_ref, None, now, tool=tool)
         except (KombuOperationalError, OSError) as error:
             log.warning(
                 "step committed, hint not published (the sweeper will): %s",
@@ -329,15 +329,35 @@ class Client:
         return self._after(recorded)
 
     def resolve(
-        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+        self,
+        operation_ref: str,
+        to: StepState | str,
+        operator: str,
+        reason: str,
+        *,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> StepView:
-        """Close an escalated step as succeeded or failed, with a recorded reason."""
+        """Close an escalated step as succeeded or failed, with a recorded reason.
+
+        To ``succeeded`` only with ``evidence`` (the downstream reference the operator
+        checked, at most ``MAX_EVIDENCE`` characters); to ``failed``, when the write may
+        have happened, only with ``confirm_not_written=True``. Both are recorded; the
+        view then says the step was resolved by an operator, never that it was verified.
+        """
         target = StepState(to)
         if target not in RESOLUTION_TARGETS:
             raise TransitionRefused(
                 R.INVALID_RESOLUTION, f"resolve to succeeded or failed, not {target}; use redrive"
             )
-        return self._resolve(operation_ref, target, operator, reason)
+        return self._resolve(
+            operation_ref,
+            target,
+            operator,
+            reason,
+            evidence=evidence,
+            confirm_not_written=confirm_not_written,
+        )
 
     def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
         """Send an escalated step back to ``pending`` (same operation_ref)."""
@@ -348,7 +368,16 @@ class Client:
 
     # ------------------------------------------------------------------ helpers
 
-    def _resolve(self, operation_ref: str, to: StepState, operator: str, reason: str) -> StepView:
+    def _resolve(
+        self,
+        operation_ref: str,
+        to: StepState,
+        operator: str,
+        reason: str,
+        *,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
+    ) -> StepView:
         if not reason.strip():
             raise TransitionRefused(R.REASON_REQUIRED, "an operator resolution needs a reason")
         step = self.runtime.store.get(operation_ref)
@@ -358,6 +387,8 @@ class Client:
             reason=reason,
             to=to,
             now=utcnow(),
+            evidence=evidence,
+            confirm_not_written=confirm_not_written,
             **self._rules(step),
         )
         return self._after(recorded)

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
@@ -19,7 +20,7 @@ from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_look
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import StepState
+from toolsafe.recovery.states import DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
@@ -33,13 +34,51 @@ SECRET_KEY_MISSING: Final = codes.SECRET_KEY_MISSING
 
 
 class Hints(Protocol):
-    """Where follow-up messages go (the Celery publisher, or anything that records)."""
+    """Where follow-up messages go (the Celery publisher, or anything that records).
 
-    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool: ...
+    ``tool`` names the step's tool for monitoring only (Flower shows it with the task);
+    the task itself reads everything from the step."""
 
-    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool: ...
+    def execute(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool: ...
 
-    def escalation(self, operation_ref: str) -> None: ...
+    def verify(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool: ...
+
+    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None: ...
+
+
+@dataclass
+class StepReport:
+    """What became of the step a task looked at: the result a task returns, which Flower
+    shows (the new state, and ``not_before`` when it waits), not the runtime's action."""
+
+    operation_ref: str
+    tool: str | None = None
+    state: str | None = None
+    not_before: datetime | None = None
+    note: str | None = None
+
+    def recorded(self, recorded: Recorded) -> None:
+        step = recorded.step
+        self.tool, self.state = step.tool, str(step.state)
+        self.not_before = step.due_at if step.state in DUE_LATER else None
+
+    def result(self) -> dict[str, str]:
+        # What became of the step first: Flower's narrow result column shows the start.
+        shown: dict[str, str] = {}
+        if self.state is not None:
+            shown["state"] = self.state
+        if self.not_before is not None:
+            shown["not_before"] = self.not_before.isoformat(timespec="seconds")
+        if self.note is not None:
+            shown["note"] = self.note
+        if self.tool is not None:
+            shown["tool"] = self.tool
+        shown["operation_ref"] = self.operation_ref
+        return shown
 
 
 def _event(event: str, operation_ref: str, **fields: Any) -> None:
@@ -91,9 +130,9 @@ def carry_out(
     if decision.action in ("run", "verify"):
         faults.hit("before_publish", ref)
         if decision.action == "run":
-            published = hints.execute(ref, due_at, now)
+            published = hints.execute(ref, due_at, now, tool=recorded.step.tool)
         else:
-            published = hints.verify(ref, due_at, now)
+            published = hints.verify(ref, due_at, now, tool=recorded.step.tool)
         faults.hit("after_publish", ref)
         if published:
             # Stamped with the time the hint will arrive: the sweeper re-publishes only
@@ -104,7 +143,7 @@ def carry_out(
             _event("left_to_sweeper", ref, due_at=str(due_at))
     elif decision.action == "escalate":
         faults.hit("before_publish", ref)
-        hints.escalation(ref)
+        hints.escalation(ref, tool=recorded.step.tool)
         faults.hit("after_publish", ref)
     return decision.action
 
@@ -120,16 +159,26 @@ def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
     return True
 
 
-def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
-    """Run one execution of a step if it is due and unclaimed; returns what happened."""
+NOTHING_TO_DO: Final = "nothing to do: not due, held by another worker, or done"
+LEASE_LOST: Final = "lease lost: the step is being verified elsewhere"
+
+
+def execute(
+    runtime: Runtime, hints: Hints, operation_ref: str, report: StepReport | None = None
+) -> str:
+    """Run one execution of a step if it is due and unclaimed; returns what happened
+    (the Decision's action), and fills ``report`` with what became of the step."""
+    report = report if report is not None else StepReport(operation_ref)
     store = runtime.store
     lease = timedelta(seconds=runtime.settings.lease)
     claimed_at = time.monotonic()
     claim = store.claim_execution(operation_ref, runtime.owner, lease, utcnow())
     if claim is None:
         if _owner_gone(runtime, hints, operation_ref):
+            report.note = "its worker was lost: the step goes to verification"
             return "owner_gone"
         _event("execute_noop", operation_ref)
+        report.note = NOTHING_TO_DO
         return "noop"
     hold = heartbeat_for(runtime).hold(claim, claimed_at)
     try:
@@ -160,6 +209,7 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
                 # Paused or cut off past the lease (or the time limit): the step may be
                 # someone else's by now, so this process sends nothing (docs/operations.md).
                 _event("lease_lost", operation_ref, before="call")
+                report.note = LEASE_LOST
                 return "lease_lost"
             with runtime.faults.during("during_call", operation_ref):
                 envelope, redactions = call_adapter_recorded(
@@ -172,10 +222,12 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     if held is None:
         # The heartbeat found the lease taken over: the call records nothing (R4).
         _event("lease_lost", operation_ref, before="record")
+        report.note = LEASE_LOST
         return "lease_lost"
     return _record(
         runtime,
         hints,
+        report,
         held,
         Executed(envelope, redactions),
         "execute_recorded",
@@ -183,16 +235,21 @@ def execute(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
     )
 
 
-def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
+def verify(
+    runtime: Runtime, hints: Hints, operation_ref: str, report: StepReport | None = None
+) -> str:
     """Look an unknown outcome up downstream if the step is due for verification."""
+    report = report if report is not None else StepReport(operation_ref)
     store = runtime.store
     lease = timedelta(seconds=runtime.settings.lease)
     claimed_at = time.monotonic()
     claim = store.claim_verification(operation_ref, runtime.owner, lease, utcnow())
     if claim is None:
         if _owner_gone(runtime, hints, operation_ref):
+            report.note = "its worker was lost: the step goes to verification"
             return "owner_gone"
         _event("verify_noop", operation_ref)
+        report.note = NOTHING_TO_DO
         return "noop"
     hold = heartbeat_for(runtime).hold(claim, claimed_at)
     try:
@@ -209,10 +266,12 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
         held = heartbeat_for(runtime).release(hold)
     if held is None:
         _event("lease_lost", operation_ref, before="record")
+        report.note = LEASE_LOST
         return "lease_lost"
     return _record(
         runtime,
         hints,
+        report,
         held,
         LookedUp(found, redactions),
         "verify_recorded",
@@ -223,6 +282,7 @@ def verify(runtime: Runtime, hints: Hints, operation_ref: str) -> str:
 def _record(
     runtime: Runtime,
     hints: Hints,
+    report: StepReport,
     claim: Claim,
     outcome: Executed | LookedUp,
     event: str,
@@ -243,7 +303,9 @@ def _record(
     if recorded is None:
         # Someone expired our lease meanwhile: the step is theirs to verify (R4).
         _event("lease_lost", ref)
+        report.note = LEASE_LOST
         return "lease_lost"
+    report.recorded(recorded)
     runtime.faults.hit("after_record", ref)
     state = str(recorded.step.state)
     _event(event, ref, state=state, action=recorded.decision.action, **fields)
@@ -317,9 +379,9 @@ def sweep(
         )
     for step in due:
         if step.state is StepState.VERIFYING:
-            hints.verify(step.operation_ref, None, now)
+            hints.verify(step.operation_ref, None, now, tool=step.tool)
         else:
-            hints.execute(step.operation_ref, None, now)
+            hints.execute(step.operation_ref, None, now, tool=step.tool)
         _event("republished", step.operation_ref, state=str(step.state))
     # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
     resend = store.outbox.due(

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from toolsafe.adapters.redaction import clean_text, redact
+from toolsafe.recovery.reasons import OPERATOR_RESOLVED
+from toolsafe.recovery.secrets import is_sealed
 from toolsafe.recovery.states import NEEDS_AGENT, NO_OUTCOME_YET, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
 
@@ -43,9 +46,14 @@ SAFE_DETAIL_KEYS: Final = (
     "found",
     "result",
     "evidence_ref",
+    "evidence",
+    "confirm_not_written",
     "fields",
 )
 MAX_TEXT: Final = 200
+RESOLVED_BY_OPERATOR: Final = "resolved by an operator"
+"""The group of a terminal step an operator closed (succeeded or failed): shown apart
+from the steps toolsafe verified or failed itself."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,35 @@ def safe_detail(detail: Mapping[str, Any]) -> dict[str, str | int | float | bool
     return picked
 
 
+SEALED_SHOWN: Final = "[secret]"
+_INPUT_DEPTH: Final = 8
+_INPUT_ITEMS: Final = 100
+
+
+def redacted_input(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A step's stored input as an operator may see it: secret fields (sealed at rest)
+    shown as ``[secret]``, strings cleaned, scanned for secrets and capped, nesting and
+    lists bounded. Never opens a sealed value."""
+
+    def shown(value: object, depth: int) -> object:
+        if is_sealed(value):
+            return SEALED_SHOWN
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return redact(clean_text(value))[:MAX_TEXT]
+        if depth >= _INPUT_DEPTH:
+            return "[nested too deep]"
+        if isinstance(value, Mapping):
+            items = list(value.items())[:_INPUT_ITEMS]
+            return {str(key)[:MAX_TEXT]: shown(item, depth + 1) for key, item in items}
+        if isinstance(value, list | tuple):
+            return [shown(item, depth + 1) for item in value[:_INPUT_ITEMS]]
+        return f"[{type(value).__name__}]"
+
+    return {str(key)[:MAX_TEXT]: shown(value, 1) for key, value in stored.items()}
+
+
 def history(events: Sequence[EventRecord]) -> tuple[HistoryEntry, ...]:
     return tuple(
         HistoryEntry(
@@ -151,11 +188,44 @@ def history(events: Sequence[EventRecord]) -> tuple[HistoryEntry, ...]:
     )
 
 
+def resolved_by_operator(step: StepRecord) -> bool:
+    """An operator closed the step (succeeded or failed) by hand."""
+    return step.state in TERMINAL and step.reason == OPERATOR_RESOLVED
+
+
+def view_group(step: StepRecord) -> str:
+    """The state's group (``ui_group``), or ``RESOLVED_BY_OPERATOR`` for a step an
+    operator closed: never shown among the successes toolsafe confirmed."""
+    return RESOLVED_BY_OPERATOR if resolved_by_operator(step) else ui_group(step.state)
+
+
+def _resolution_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
+    ref = step.operation_ref
+    shown = envelope or {}
+    result = shown.get("result")
+    details = shown.get("safe_details")
+    source = result if isinstance(result, Mapping) else details
+    operator = source.get("operator") if isinstance(source, Mapping) else None
+    who = f"an operator ({operator})" if isinstance(operator, str) else "an operator"
+    if step.state is StepState.SUCCEEDED:
+        evidence = result.get("evidence") if isinstance(result, Mapping) else None
+        proof = f" with evidence {evidence}" if isinstance(evidence, str) else ""
+        return (
+            f"{step.tool} was resolved as succeeded by {who}{proof} (operation_ref {ref}); "
+            "toolsafe did not verify it itself. Do not call it again."
+        )
+    return (
+        f"{step.tool} was resolved as failed by {who} (operation_ref {ref}); it will not run again."
+    )
+
+
 def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
     """A short, factual text for the model: what happened and what it may do next."""
     ref = step.operation_ref
     agent_message = str(envelope.get("agent_message", "")) if envelope else ""
     state = step.state
+    if resolved_by_operator(step):
+        return _resolution_text(step, envelope)
     if state is StepState.SUCCEEDED:
         return f"{step.tool} succeeded and was confirmed (operation_ref {ref})."
     if state is StepState.NEEDS_INPUT:
@@ -198,7 +268,7 @@ def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView
         operation_ref=step.operation_ref,
         tool=step.tool,
         state=step.state,
-        ui_group=ui_group(step.state),
+        ui_group=view_group(step),
         commit_state=step.commit_state,
         attempts=step.attempts,
         max_attempts=step.max_attempts,

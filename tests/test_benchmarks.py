@@ -86,6 +86,15 @@ def test_gateway_prints_both_figures_with_their_baselines(pg_url: str, redis_url
     assert "change feed wake-up (LISTEN/NOTIFY)" in out and "the old polling loop" in out
 
 
+def test_status_page_prints_each_page_with_and_without_its_indexes(
+    pg_url: str, redis_url: str
+) -> None:
+    out = run_benchmark("status_page", pg_url, redis_url, "--sizes", "3000", "--rounds", "1")
+    assert "    3,000     yes " in out and "    3,000      no " in out
+    assert "rare ref prefix (failed): Index Scan using ix_steps_state_operation_ref" in out
+    assert "rare tool, escalated: Index Scan Backward using ix_steps_tool_state_id" in out
+
+
 def test_metrics_scrape_prints_scrape_times_and_the_old_computation(
     pg_url: str, redis_url: str
 ) -> None:

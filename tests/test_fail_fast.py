@@ -39,6 +39,7 @@ BAD: dict[str, str] = {
     "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": "lots",
     "TOOLSAFE_GATEWAY_MAX_WAIT": "-1",
     "TOOLSAFE_GATEWAY_MAX_WAITS": "0",
+    "TOOLSAFE_MCP_WAIT": "soon",
     "TOOLSAFE_HEARTBEAT_INTERVAL": "10",
     "TOOLSAFE_LEASE_SECONDS": "forever",
     "TOOLSAFE_LOG_FORMAT": "xml",
@@ -69,6 +70,7 @@ BAD: dict[str, str] = {
     "TOOLSAFE_VERIFY_MAX_DELAY": "0.1",
     "TOOLSAFE_VISIBILITY_TIMEOUT": "600",
     "TOOLSAFE_WORKER_ETA_TASK_LIMIT": "-1",
+    "TOOLSAFE_UI_SESSION_KEY": "short",
 }
 VARIABLES = known_variables({})
 

@@ -22,7 +22,7 @@ SURFACE = tuple(
     f"toolsafe.{room}"
     for room in (
         "cli", "demo", "chaos", "harness", "metrics", "worker", "reference", "gateway",
-        "mcp", "ui", "integrations", "conformance",
+        "mcp", "ui", "integrations", "conformance", "agents",
     )
 )  # fmt: skip
 # Names a toolsafe module must never import bare: a user's own tasks.py or
@@ -67,6 +67,36 @@ def _rooms() -> dict[str, Room]:
             _modules((PACKAGE / "celeryconfig.py").resolve()),
             (),
             ("toolsafe.settings", "toolsafe.recovery", "toolsafe.adapters", "toolsafe.broker"),
+        ),
+        # The agent-facing surface every stack shares: above tasks/, below the gateway,
+        # the MCP server and the integrations (which import it, never the reverse).
+        "agents": (
+            _modules(PACKAGE / "agents"),
+            (),
+            (
+                "toolsafe.agents",
+                "toolsafe.tasks",
+                "toolsafe.celeryconfig",
+                "toolsafe.settings",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+                "toolsafe.broker",
+            ),
+        ),
+        # The MCP server: the gateway mounts it and the CLI runs it, never the reverse.
+        "mcp": (
+            _modules(PACKAGE / "mcp"),
+            (),
+            (
+                "toolsafe.mcp",
+                "toolsafe.agents",
+                "toolsafe.tasks",
+                "toolsafe.celeryconfig",
+                "toolsafe.settings",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+                "toolsafe.broker",
+            ),
         ),
         "tasks": (
             _modules((PACKAGE / "tasks").resolve()),

@@ -23,6 +23,7 @@ from toolsafe.adapters.errors import INPUT_REFUSALS
 from toolsafe.adapters.examples.downstream_state import DOWNSTREAM_CODES
 from toolsafe.conformance.hostile import SIMULATED_UPSTREAM_CODES
 from toolsafe.gateway.problems import GATEWAY_CODES
+from toolsafe.integrations._calls import INTEGRATION_CODES
 from toolsafe.recovery import guards
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 from toolsafe.recovery.states import CLAIMABLE, StepState
@@ -41,6 +42,8 @@ CATALOGUES: Final[Mapping[str, Mapping[str, str]]] = {
     # The gateway's own problem codes (it answers the runtime's and the client's with
     # theirs, under the same names).
     "gateway problem": GATEWAY_CODES,
+    # What an agent-SDK integration answers a tool call it did not take.
+    "integration refusal": INTEGRATION_CODES,
 }
 """toolsafe's own vocabularies: one meaning per string, across all of them."""
 
@@ -68,9 +71,14 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "FILE": "an argument's metavar in --help",
     "NAME": "an argument's metavar in --help",
     "PATCH": "an HTTP method",
+    "DELETE": "an HTTP method",
+    "DENY": "an X-Frame-Options value (the status page)",
     "TOOL": "an argument's metavar in --help",
     "JSON": "an argument's metavar in --help",
     "OPERATION_REF": "an argument's metavar in --help",
+    "REFERENCE": "an argument's metavar in --help",
+    "GROUP": "an argument's metavar in --help",
+    "PREFIX": "an argument's metavar in --help",
     "DURATION": "an argument's metavar in --help",
     "SECONDS": "an argument's metavar in --help",
     "PASSED": "a word of the conformance report",

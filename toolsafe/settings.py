@@ -60,6 +60,8 @@ DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
 DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1"
 # A lease lasts at least this many heartbeats: one late or failed renewal never loses it.
 HEARTBEATS_PER_LEASE: Final = 3
+MIN_SESSION_KEY: Final = 32
+"""The shortest TOOLSAFE_UI_SESSION_KEY accepted: 32 characters of random text."""
 
 # Keys accepted in TOOLSAFE_TOOL_POLICIES; each is also TOOLSAFE_<KEY>, the default.
 POLICY_KEYS: Final = KNOBS
@@ -175,6 +177,12 @@ class Settings:
     gateway_max_header: int = 16_384
     gateway_max_wait: float = 60.0
     gateway_max_waits: int = 1000
+    # How long an MCP tools/call (without a task) waits for the step to need the agent
+    # before it answers "still in progress" (``toolsafe mcp``, docs/mcp.md).
+    mcp_wait: float = 20.0
+    # Signs the status page's session cookies (docs/status-page.md); unset, each gateway
+    # process makes its own, so a restart signs everyone out.
+    ui_session_key: str | None = field(default=None, repr=False)
     # How often a process without LISTEN/NOTIFY (SQLite) looks for new step events.
     notify_poll_interval: float = 0.05
 
@@ -201,6 +209,7 @@ class Settings:
             "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": self.gateway_max_header,
             "TOOLSAFE_GATEWAY_MAX_WAIT": self.gateway_max_wait,
             "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
+            "TOOLSAFE_MCP_WAIT": self.mcp_wait,
             "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
             "TOOLSAFE_METRICS_POLL_INTERVAL": self.metrics_poll_interval,
             "TOOLSAFE_METRICS_GAP_SECONDS": self.metrics_gap_timeout,
@@ -223,6 +232,13 @@ class Settings:
                 "a live call must get several renewals in before its lease runs out",
             )
         check_visibility(self)
+        if self.ui_session_key is not None and len(self.ui_session_key) < MIN_SESSION_KEY:
+            raise SettingsError(
+                "TOOLSAFE_UI_SESSION_KEY",
+                f"must be at least {MIN_SESSION_KEY} characters of random text "
+                f"(`python -c 'import secrets; print(secrets.token_urlsafe(32))'`), "
+                f"got {len(self.ui_session_key)}",
+            )
         if not self.adapter_modules:
             raise SettingsError("TOOLSAFE_ADAPTERS", "names no adapter module")
         if self.faults_enabled and not self.fault_plan:
@@ -329,6 +345,8 @@ def _read(reader: Reader) -> Settings:
         gateway_max_header=reader.integer("TOOLSAFE_GATEWAY_MAX_HEADER_BYTES", 16_384),
         gateway_max_wait=reader.number("TOOLSAFE_GATEWAY_MAX_WAIT", 60.0),
         gateway_max_waits=reader.integer("TOOLSAFE_GATEWAY_MAX_WAITS", 1000),
+        mcp_wait=reader.number("TOOLSAFE_MCP_WAIT", 20.0),
+        ui_session_key=reader.text("TOOLSAFE_UI_SESSION_KEY"),
         notify_poll_interval=reader.number("TOOLSAFE_NOTIFY_POLL_INTERVAL", 0.05),
         environ=reader.toolsafe_variables(),
     )

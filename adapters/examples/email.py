@@ -51,6 +51,11 @@ class SendEmail(HttpWriteAdapter[EmailInput]):
     """Sends one e-mail per operation_ref, looked up by operation_ref."""
 
     tool: ClassVar[str] = "send_email"
+    title: ClassVar[str | None] = "Send an e-mail"
+    description: ClassVar[str] = (
+        "Sends one e-mail to a recipient address. A write: repeating the call with the "
+        "same operation_ref never sends a second e-mail."
+    )
     input_model: ClassVar[type[BaseModel]] = EmailInput
     result_model: ClassVar[type[BaseModel] | None] = EmailResult
     has_lookup: ClassVar[bool] = True

@@ -47,6 +47,12 @@ class CreateInvoice(HttpWriteAdapter[InvoiceInput]):
     """Creates one invoice per operation_ref; the downstream de-duplicates by the key."""
 
     tool: ClassVar[str] = "create_invoice"
+    title: ClassVar[str | None] = "Create an invoice"
+    description: ClassVar[str] = (
+        "Creates one invoice for a customer (amount in cents, ISO-4217 currency). "
+        "A write: repeating the call with the same operation_ref never creates a second "
+        "invoice."
+    )
     input_model: ClassVar[type[BaseModel]] = InvoiceInput
     result_model: ClassVar[type[BaseModel] | None] = InvoiceResult
     has_lookup: ClassVar[bool] = True

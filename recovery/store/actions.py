@@ -107,14 +107,24 @@ class StepActions(ABC):
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> Recorded:
         """Operator resolution of an escalated step: pending (re-drive; verifying first
-        when the outcome is unknown), succeeded, failed."""
+        when the outcome is unknown), succeeded (with ``evidence``, a downstream
+        reference), failed (with ``confirm_not_written`` when the write may have
+        happened). What the operator gave is recorded in the ``resolved`` event."""
+        target = StepState(to)
+        detail: dict[str, Any] = {"operator": operator, "reason": reason, "to": target.value}
+        if evidence is not None and evidence.strip():
+            detail["evidence"] = evidence.strip()
+        if confirm_not_written:
+            detail["confirm_not_written"] = True
         return self._decided(
             operation_ref,
-            Resolved(operator, reason, StepState(to)),
+            Resolved(operator, reason, target, evidence, confirm_not_written),
             kind="resolved",
-            detail={"operator": operator, "reason": reason, "to": StepState(to).value},
+            detail=detail,
             traits=traits,
             policy=policy,
             now=now,

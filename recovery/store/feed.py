@@ -30,6 +30,9 @@ LISTENER_NAME: Final = "toolsafe-listen"
 RECONNECT_DELAY: Final = 0.2
 RECONNECT_MAX_DELAY: Final = 5.0
 POLL_BATCH: Final = 1000
+ANY: Final = "*"
+"""Subscribe to this to hear of every step's changes (the status page's overview); no
+operation_ref can be ``*``."""
 
 _NEW_EVENTS = (
     select(step_events.c.id, step_events.c.operation_ref)
@@ -160,7 +163,7 @@ class ChangeFeed:
 
     def _dispatch(self, operation_ref: str) -> None:
         with self._lock:
-            found = list(self._subscriptions.get(operation_ref, ()))
+            found = [*self._subscriptions.get(operation_ref, ()), *self._subscriptions.get(ANY, ())]
         for subscription in found:
             subscription.fire()
 
@@ -283,8 +286,9 @@ class MemoryFeed:
             return sum(len(found) for found in self._subscriptions.values())
 
     def changed(self, operation_ref: str) -> None:
-        """Wake every waiter of ``operation_ref`` (they re-read their step)."""
+        """Wake every waiter of ``operation_ref`` (they re-read their step), and every
+        waiter of :data:`ANY`."""
         with self._lock:
-            found = list(self._subscriptions.get(operation_ref, ()))
+            found = [*self._subscriptions.get(operation_ref, ()), *self._subscriptions.get(ANY, ())]
         for subscription in found:
             subscription.fire()

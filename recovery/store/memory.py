@@ -198,14 +198,23 @@ class MemoryStore(StepActions):
             return list(self._tables.events_by_ref.get(operation_ref, ()))
 
     def list_steps(
-        self, states: Sequence[StepState] | None = None, limit: int = 100
+        self,
+        states: Sequence[StepState] | None = None,
+        limit: int = 100,
+        *,
+        tool: str | None = None,
+        prefix: str | None = None,
     ) -> list[StepRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must be 0 or more, not {limit}")
         wanted = None if states is None else {StepState(state) for state in states}
         with self._tables.lock:
             found = [
                 step
                 for step in self._tables.steps.values()
-                if wanted is None or step.state in wanted
+                if (wanted is None or step.state in wanted)
+                and (tool is None or step.tool == tool)
+                and step.operation_ref.startswith(prefix or "")
             ]
         found.sort(key=lambda step: step.id, reverse=True)
         return found[:limit]

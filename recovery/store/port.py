@@ -90,9 +90,15 @@ class StorePort(Protocol):
         ...
 
     def list_steps(
-        self, states: Sequence[StepState] | None = None, limit: int = 100
+        self,
+        states: Sequence[StepState] | None = None,
+        limit: int = 100,
+        *,
+        tool: str | None = None,
+        prefix: str | None = None,
     ) -> list[StepRecord]:
-        """The newest steps first, optionally only those in ``states``."""
+        """The newest steps first, optionally only those in ``states``, of ``tool``, or
+        whose operation_ref starts with ``prefix``."""
         ...
 
     def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:
@@ -249,7 +255,10 @@ class StorePort(Protocol):
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> Recorded:
         """An escalated step → pending (verifying first when the outcome is unknown),
-        succeeded or failed, with the operator's reason."""
+        succeeded (with ``evidence``) or failed (with ``confirm_not_written`` when the
+        write may have happened), with the operator's reason; refused otherwise."""
         ...

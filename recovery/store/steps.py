@@ -282,12 +282,24 @@ class StepStore(StepActions):
         return [event_record(row) for row in rows]
 
     def list_steps(
-        self, states: Sequence[StepState] | None = None, limit: int = 100
+        self,
+        states: Sequence[StepState] | None = None,
+        limit: int = 100,
+        *,
+        tool: str | None = None,
+        prefix: str | None = None,
     ) -> list[StepRecord]:
-        """The newest steps first, optionally only those in ``states``."""
+        """The newest steps first, optionally only those in ``states``, of ``tool``, or
+        whose operation_ref starts with ``prefix``."""
+        if limit < 0:
+            raise ValueError(f"limit must be 0 or more, not {limit}")
         query = select(steps).order_by(steps.c.id.desc()).limit(limit)
         if states is not None:
             query = query.where(steps.c.state.in_([StepState(state).value for state in states]))
+        if tool is not None:
+            query = query.where(steps.c.tool == tool)
+        if prefix:
+            query = query.where(steps.c.operation_ref.startswith(prefix, autoescape=True))
         return [step_record(row) for row in self._read(lambda conn: conn.execute(query).all())]
 
     def step_summaries(self, prefix: str | None = None) -> list[StepSummary]:

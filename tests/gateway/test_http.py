@@ -243,6 +243,26 @@ def test_namespaces_hide_other_steps_and_only_operators_approve(setup: Setup) ->
     assert approvals[0].detail["approver"] == "finance (key:ops)"
 
 
+def test_an_operator_resolves_to_succeeded_only_with_evidence(setup: Setup) -> None:
+    ref = new_ref("gw/resolve")
+    full = f"team-a/{ref}"
+    setup.cluster.fault(fault="version_conflict", operation_ref=full)
+    with setup.client(setup.agent_a) as agent:
+        agent.submit("create_invoice", INVOICE, ref)
+        assert agent.wait(ref, timeout=20).state is StepState.ESCALATED
+    with setup.client(setup.operator) as ops:
+        # The same refusal the in-process client raises (a 409 problem on the wire).
+        with pytest.raises(TransitionRefused) as refused:
+            ops.resolve(full, "succeeded", "oncall", "seen in billing")
+        assert refused.value.code == "EVIDENCE_REQUIRED"
+        closed = ops.resolve(full, "succeeded", "oncall", "seen in billing", evidence="inv_81")
+    assert closed.state is StepState.SUCCEEDED and closed.ui_group == "resolved by an operator"
+    assert closed.envelope is not None and closed.envelope["result"]["evidence"] == "inv_81"
+    assert "toolsafe did not verify it" in closed.text
+    [event] = [e for e in setup.cluster.client.runtime.store.events(full) if e.kind == "resolved"]
+    assert (event.detail["evidence"], event.detail["operator"]) == ("inv_81", "oncall (key:ops)")
+
+
 def test_events_stream_ends_at_the_terminal_state(setup: Setup) -> None:
     ref = new_ref("gw/sse")
     with setup.client(setup.agent_a) as client:

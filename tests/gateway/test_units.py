@@ -12,7 +12,7 @@ from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.gateway.auth import Principal
 from toolsafe.gateway.cli import is_loopback
 from toolsafe.gateway.client import Calls, GatewayError, raise_problem
-from toolsafe.gateway.problems import CODES, from_error
+from toolsafe.gateway.problems import CODES, ApiProblem, from_error, instance_of, problem_response
 from toolsafe.gateway.routes.calls import idempotency_key, location
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
@@ -67,6 +67,14 @@ def test_every_error_becomes_a_problem_with_a_known_code() -> None:
         problem = from_error(error)
         assert (problem.status, problem.code) == (status, code)
         assert problem.code in CODES or isinstance(error, TransitionRefused)
+
+
+def test_a_problem_instance_is_a_uri_reference() -> None:
+    assert instance_of("/v1/calls/a_b:c/1") == "/v1/calls/a_b:c/1"
+    assert instance_of("/v1/calls/with space/é") == "/v1/calls/with%20space/%C3%A9"
+    assert instance_of(None) is None
+    response = problem_response(ApiProblem("STEP_NOT_FOUND", "no"), "/v1/calls/a b")
+    assert b'"instance":"/v1/calls/a%20b"' in response.body
 
 
 def _problem(status: int, **body: object) -> httpx.Response:

@@ -188,14 +188,35 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert ref in listed.stdout
-    # The operator closes it: the invoice exists, so it succeeded.
+    # The operator closes it: the invoice exists, so it succeeded; they must say where.
+    resolve = [
+        sys.executable,
+        "-m",
+        "toolsafe",
+        "escalations",
+        "resolve",
+        ref,
+        "--to",
+        "succeeded",
+        "--reason",
+        "invoice found in the billing UI",
+        "--operator",
+        "bob",
+    ]
+    unproven = subprocess.run(
+        resolve, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )  # fmt: skip
+    assert unproven.returncode == 1 and "EVIDENCE_REQUIRED" in unproven.stderr
+    assert cluster.client.view(ref).state is S.ESCALATED
     resolved = subprocess.run(
-        [sys.executable, "-m", "toolsafe", "escalations", "resolve", ref, "--to",
-         "succeeded", "--reason", "invoice found in the billing UI", "--operator", "bob"],
+        [*resolve, "--evidence", "billing/inv_81"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert resolved.returncode == 0, resolved.stderr
-    assert cluster.client.view(ref).state is S.SUCCEEDED
+    closed = cluster.client.view(ref)
+    assert closed.state is S.SUCCEEDED and closed.ui_group == "resolved by an operator"
+    assert closed.envelope is not None
+    assert closed.envelope["verification"]["evidence_ref"] == "billing/inv_81"
     again = subprocess.run(
         [sys.executable, "-m", "toolsafe", "escalations", "redrive", ref, "--reason", "x"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,

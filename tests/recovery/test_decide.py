@@ -342,11 +342,13 @@ def escalated(**changes: Any) -> StepSnapshot:
 
 @pytest.mark.parametrize("to", [S.SUCCEEDED, S.FAILED])
 def test_operator_closes_an_escalated_step(to: StepState) -> None:
-    outcome = Resolved(operator="op", reason="checked by phone", to=to)
+    evidence = "inv_123" if to is S.SUCCEEDED else None
+    outcome = Resolved(operator="op", reason="checked by phone", to=to, evidence=evidence)
     decision = run(escalated(commit_state="not_committed"), outcome)
     assert_edge(S.ESCALATED, decision, to)
     assert decision.reason == R.OPERATOR_RESOLVED
-    assert decision.extra == {"operator": "op", "reason": "checked by phone"}
+    recorded = {"evidence": evidence} if evidence else {}
+    assert decision.extra == {"operator": "op", "reason": "checked by phone", **recorded}
 
 
 def test_operator_redrive_gets_a_fresh_budget() -> None:

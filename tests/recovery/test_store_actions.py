@@ -199,6 +199,7 @@ def test_resolve_closes_an_escalated_step(store: StepStore, to: StepState) -> No
         traits=WRITE,
         policy=POLICY,
         now=LATER,
+        evidence="ledger/81" if to is S.SUCCEEDED else None,
     )
     assert recorded.step.state is to
     event = store.events(REF)[-1]

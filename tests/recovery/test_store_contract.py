@@ -219,6 +219,24 @@ def test_reads_of_a_missing_step(store: StorePort) -> None:
     assert store.events("nope") == []
 
 
+def test_list_steps_by_tool_and_ref_prefix(store: StorePort) -> None:
+    submit(store, "run_8/a")
+    submit(store, "run_81/b")
+    store.submit("send_email", INPUT, operation_ref="run_8/c", policy=POLICY, now=T0)
+    store.submit("send_email", INPUT, operation_ref="runX8/d", policy=POLICY, now=T0)
+
+    def refs(**filters: Any) -> list[str]:
+        return [step.operation_ref for step in store.list_steps(**filters)]
+
+    assert refs(prefix="run_8/") == ["run_8/c", "run_8/a"]
+    assert refs(prefix="run_8") == ["run_8/c", "run_81/b", "run_8/a"]  # "_" is no wildcard
+    assert refs(tool="send_email") == ["runX8/d", "run_8/c"]
+    assert refs(tool="send_email", prefix="run_8/", states=[S.PENDING]) == ["run_8/c"]
+    assert refs(tool="send_email", states=[S.IN_FLIGHT]) == []
+    with pytest.raises(ValueError, match="limit"):
+        store.list_steps(limit=-1)
+
+
 def test_list_steps_newest_first_by_state_and_limit(store: StorePort) -> None:
     for index in range(3):
         submit(store, f"r{index}")
@@ -782,6 +800,7 @@ def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> No
         traits=WRITE,
         policy=POLICY,
         now=LATER,
+        evidence="ledger/81" if to is S.SUCCEEDED else None,
     )
     assert recorded.step.state is to
     kind, src, dst, detail = last(store)
@@ -791,6 +810,24 @@ def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> No
         "checked the ledger",
         to.value,
     )
+    assert detail.get("evidence") == ("ledger/81" if to is S.SUCCEEDED else None)
+
+
+def test_resolve_refuses_what_an_honest_resolution_lacks(store: StorePort) -> None:
+    after(store, unknown, traits=BLIND_WRITE)  # a write whose outcome is unknown
+
+    def resolve(to: StepState, **proof: Any) -> Any:
+        return store.resolve(
+            REF, operator="o", reason="r", to=to, traits=BLIND_WRITE, policy=POLICY, now=LATER,
+            **proof,
+        )  # fmt: skip
+
+    assert unchanged(store, REF, lambda: resolve(S.SUCCEEDED)).code == "EVIDENCE_REQUIRED"
+    assert unchanged(store, REF, lambda: resolve(S.FAILED)).code == "NOT_WRITTEN_UNCONFIRMED"
+    recorded = resolve(S.FAILED, confirm_not_written=True)
+    assert (recorded.step.state, recorded.step.commit_state) == (S.FAILED, "not_committed")
+    kind, _, _, detail = last(store)
+    assert (kind, detail["confirm_not_written"]) == ("resolved", True)
 
 
 def test_resolve_re_drives_with_a_fresh_budget(store: StorePort) -> None:

@@ -152,14 +152,26 @@ def test_operator_resolution_says_so(store: StepStore, to: StepState) -> None:
                           policy=POLICY, now=T0)  # fmt: skip
         return
     store.resolve("e6", operator="ops", reason="checked the ledger", to=to,
-                  traits=BLIND_WRITE, policy=POLICY, now=T0)  # fmt: skip
+                  traits=BLIND_WRITE, policy=POLICY, now=T0, evidence="ledger/81",
+                  confirm_not_written=to is S.FAILED)  # fmt: skip
     shown = _shown(store, "e6")
+    view = build_view(store.get("e6"), store.events("e6"))
+    assert view.ui_group == "resolved by an operator"
+    assert "resolved as" in view.text and "by an operator (ops)" in view.text
+    assert "confirmed" not in view.text
     if to is S.SUCCEEDED:
         assert shown["result"] == {
-            "resolved_by": "operator", "operator": "ops", "reason": "checked the ledger"
+            "resolved_by": "operator", "operator": "ops", "reason": "checked the ledger",
+            "evidence": "ledger/81",
         }  # fmt: skip
+        assert shown["verification"] == {"checked_at": T0.isoformat().replace("+00:00", "Z"),
+                                          "evidence_ref": "ledger/81"}  # fmt: skip
+        assert "with evidence ledger/81" in view.text
     else:
         assert shown["code"] == "OPERATOR_RESOLVED" and "ops" in str(shown["agent_message"])
+        # The operator stated that nothing was written: the envelope and the step agree.
+        assert shown["commit_state"] == view.commit_state == "not_committed"
+    assert view.history[-1].detail["evidence"] == "ledger/81"
 
 
 def test_cancelled_pending_step_wrote_nothing(store: StepStore) -> None:

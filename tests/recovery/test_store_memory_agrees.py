@@ -209,8 +209,10 @@ class Lockstep(RuleBasedStateMachine):
             )
         )
 
-    @rule(ref=REF, to=st.sampled_from([S.PENDING, S.SUCCEEDED, S.FAILED]))
-    def resolve(self, ref: str, to: StepState) -> None:
+    @rule(ref=REF, to=st.sampled_from([S.PENDING, S.SUCCEEDED, S.FAILED]), proof=st.booleans())
+    def resolve(self, ref: str, to: StepState, proof: bool) -> None:
+        # Without proof, a success lacks evidence and a failure of an unknown write lacks
+        # the statement: both stores refuse alike.
         self.both(
             lambda store: store.resolve(
                 ref,
@@ -220,6 +222,8 @@ class Lockstep(RuleBasedStateMachine):
                 traits=WRITE,
                 policy=POLICY,
                 now=self.now,
+                evidence="ledger/81" if proof else None,
+                confirm_not_written=proof and to is S.FAILED,
             )
         )
 

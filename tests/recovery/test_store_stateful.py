@@ -360,6 +360,8 @@ class StoreMachine(RuleBasedStateMachine):
                 traits=WRITE,
                 policy=POLICY,
                 now=self.now,
+                evidence="ledger/81",
+                confirm_not_written=to is S.FAILED,
             ),
             {S.ESCALATED},
         )

@@ -91,13 +91,17 @@ class RecordingHints:
         self.sent.append(Hint(kind, ref, due_at))
         return True
 
-    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def execute(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         return self._send("execute", operation_ref, due_at, now)
 
-    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def verify(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         return self._send("verify", operation_ref, due_at, now)
 
-    def escalation(self, operation_ref: str) -> None:
+    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
         self.sent.append(Hint("escalation", operation_ref))
 
     def take(self) -> list[Hint]:

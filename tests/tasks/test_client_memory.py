@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import ClassVar
 
 import pytest
 
@@ -23,6 +24,7 @@ from tests.tasks.memory_support import (
     needs_approval,
     now,
     success,
+    unknown,
 )
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import TransitionRefused
@@ -221,6 +223,54 @@ def test_resolve_closes_an_escalated_step_with_a_reason(world: World) -> None:
         "customer withdrew",
     )
     assert world.hints.take() == []
+
+
+def test_resolving_to_succeeded_needs_evidence_and_says_an_operator_closed_it(
+    world: World,
+) -> None:
+    world.client.submit(TOOL, INPUT, operation_ref=REF)
+    assert world.worker_runs(conflict) == "escalate"
+    before = world.store.get(REF)
+    assert before.commit_state == "not_committed"
+    for evidence in (None, "", "x" * 201):
+        with pytest.raises(TransitionRefused) as raised:
+            world.client.resolve(REF, S.SUCCEEDED, "oncall", "seen in billing", evidence=evidence)
+        assert raised.value.code == ("EVIDENCE_INVALID" if evidence else "EVIDENCE_REQUIRED")
+    # Nothing changed: the view and the stored envelope still agree that nothing was written.
+    assert world.store.get(REF) == before and world.events() == 3
+    view = world.client.resolve(REF, S.SUCCEEDED, "oncall", "seen in billing", evidence="inv_204")
+    stored = world.store.get(REF).last_envelope
+    assert stored is not None
+    assert view.commit_state == stored["commit_state"] == "committed"
+    assert stored["result"]["resolved_by"] == "operator"
+    assert stored["verification"]["evidence_ref"] == "inv_204"
+    assert view.ui_group == "resolved by an operator"
+    assert "confirmed" not in view.text and "evidence inv_204" in view.text
+    assert world.store.events(REF)[-1].detail["evidence"] == "inv_204"
+
+
+class BlindAdapter(ScriptedAdapter):
+    """A write with no lookup: an unknown outcome escalates at once."""
+
+    has_lookup: ClassVar[bool] = False
+
+
+def test_resolving_an_unknown_write_to_failed_needs_the_statement(world: World) -> None:
+    world.adapter = BlindAdapter()
+    world.runtime, world.store = memory_runtime(world.adapter)
+    world.client = Client(runtime=world.runtime, hints=world.hints)
+    world.client.submit(TOOL, INPUT, operation_ref=REF)
+    assert world.worker_runs(unknown) == "escalate"
+    assert world.store.get(REF).commit_state == "unknown"
+    with pytest.raises(TransitionRefused) as raised:
+        world.client.resolve(REF, "failed", "oncall", "no invoice in billing")
+    assert raised.value.code == "NOT_WRITTEN_UNCONFIRMED"
+    view = world.client.resolve(
+        REF, "failed", "oncall", "no invoice in billing", confirm_not_written=True
+    )
+    assert (view.state, view.commit_state) == (S.FAILED, "not_committed")
+    assert view.envelope is not None and view.envelope["commit_state"] == "not_committed"
+    assert world.store.events(REF)[-1].detail["confirm_not_written"] is True
 
 
 def test_redrive_sends_an_escalated_step_back_to_run(world: World) -> None:

@@ -69,15 +69,19 @@ class Hints:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
 
-    def execute(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def execute(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         self.sent.append(("execute", operation_ref))
         return True
 
-    def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
+    def verify(
+        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+    ) -> bool:
         self.sent.append(("verify", operation_ref))
         return True
 
-    def escalation(self, operation_ref: str) -> None:
+    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
         self.sent.append(("escalation", operation_ref))
 
 

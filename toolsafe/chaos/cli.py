@@ -141,11 +141,13 @@ def add_commands(commands: Any) -> None:
     ch.add_argument(
         "--pg-admin", default=LOCAL_PG_ADMIN, help="PostgreSQL URL that may CREATE DATABASE"
     )
-    ch.add_argument("--steps", type=int, default=300)
-    ch.add_argument("--workers", type=int, default=3)
+    ch.add_argument("--steps", type=int, default=300, help="steps submitted in all")
+    ch.add_argument("--workers", type=int, default=3, help="worker processes run")
     ch.add_argument("--kills", type=int, default=30, help="SIGKILLs at fault points")
-    ch.add_argument("--broker-flushes", type=int, default=1)
-    ch.add_argument("--db-kill-rounds", type=int, default=1)
+    ch.add_argument("--broker-flushes", type=int, default=1, help="broker flushes (queues lost)")
+    ch.add_argument(
+        "--db-kill-rounds", type=int, default=1, help="rounds of killed database connections"
+    )
     ch.add_argument(
         "--db-restarts", type=int, default=0, help="PostgreSQL server restarts (shared server!)"
     )
@@ -162,11 +164,11 @@ def add_commands(commands: Any) -> None:
     )
     ch.add_argument("--duplicates", type=int, default=60, help="duplicate messages published")
     ch.add_argument("--batch", type=int, default=20, help="steps submitted at once")
-    ch.add_argument("--batch-interval", type=float, default=0.25)
+    ch.add_argument("--batch-interval", type=float, default=0.25, help="seconds between batches")
     ch.add_argument(
         "--max-in-progress", type=int, default=150, help="hold submissions above this backlog"
     )
-    ch.add_argument("--seed", type=int, default=6)
+    ch.add_argument("--seed", type=int, default=6, help="seed of the fault plan")
     ch.add_argument("--bound", type=float, default=150.0, help="seconds allowed to settle")
     ch.add_argument("--workdir", help="where logs, the fault plan and report.json go")
     ch.add_argument("--report", help="also write the JSON report here")

@@ -1,7 +1,8 @@
 """The ``toolsafe`` command line.
 
-Exit codes: 0 done, 1 refused or not found (the message says why), 2 bad usage or
-settings, 3 the database or broker cannot be reached.
+Exit codes: 0 done (or already done), 1 refused or not found (the message says why),
+2 bad usage or settings, 3 the database or broker cannot be reached (after an operator
+action: it was committed, and the sweeper publishes its hint when the broker returns).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import argparse
 import getpass
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.cli import ops as cli_ops
+from toolsafe.cli.exits import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from toolsafe.recovery.states import RESOLUTION_TARGETS, StepState
 from toolsafe.settings import Settings, SettingsError, load_settings, load_settings_or_exit
 
@@ -21,9 +23,23 @@ from toolsafe.settings import Settings, SettingsError, load_settings, load_setti
 # this first: the settings, or one line on stderr and exit code 2.
 __all__ = ["EXIT_REFUSED", "EXIT_UNREACHABLE", "EXIT_USAGE", "load_settings_or_exit", "main"]
 
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
+MAX_LIMIT = 10_000
+
+
+def bounded(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``, or a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in its messages
+    return parse
 
 
 def _schema(_: argparse.Namespace) -> int:
@@ -63,8 +79,40 @@ def _operator(settings: Settings) -> str:
     return settings.operator or getpass.getuser()
 
 
+def _ref(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ref", metavar="REF", help="the step's operation_ref")
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _reason(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--reason", required=True, help=f"why you {what} (recorded)")
+
+
+def _actor(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        f"--{name}", default=None,
+        help="the name recorded with the action (default: TOOLSAFE_OPERATOR, else the OS user)",
+    )  # fmt: skip
+
+
+def _limit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=bounded(1, MAX_LIMIT), default=100,
+        help=f"show at most this many, newest first (1 to {MAX_LIMIT}; default 100)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from toolsafe import __version__
+
     parser = argparse.ArgumentParser(prog="toolsafe", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"toolsafe {__version__}",
+        help="print the version and exit",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
 
     schema = commands.add_parser("schema", help="print the envelope's JSON Schema")
@@ -86,66 +134,101 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser(
         "submit", help="submit a tool call (the input as a JSON object, or @file.json)"
     )
-    submit.add_argument("tool", metavar="TOOL")
-    submit.add_argument("--input", required=True, metavar="JSON")
-    submit.add_argument("--ref", default=None, metavar="OPERATION_REF")
-    submit.add_argument("--json", action="store_true")
+    submit.add_argument("tool", metavar="TOOL", help="the registered tool's name")
+    submit.add_argument(
+        "--input", required=True, metavar="JSON",
+        help="the tool's input: a JSON object, or @FILE to read it from a file",
+    )  # fmt: skip
+    submit.add_argument(
+        "--ref", default=None, metavar="OPERATION_REF",
+        help="the step's operation_ref (default: a new one); the same ref again returns "
+        "the same step",
+    )  # fmt: skip
+    _json(submit)
     submit.set_defaults(handler=cli_ops.submit)
 
     steps = commands.add_parser("steps", help="list and show steps").add_subparsers(
         dest="steps_command", required=True
     )
     listing = steps.add_parser("list", help="list steps, newest first")
-    listing.add_argument("--state", action="append", choices=[state.value for state in StepState])
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--state", action="append", choices=[state.value for state in StepState],
+        help="only steps in this state (repeat for several)",
+    )  # fmt: skip
+    listing.add_argument(
+        "--group", action="append", choices=cli_ops.GROUPS, metavar="GROUP",
+        help="only steps in this state group (repeat for several): "
+        + ", ".join(repr(group) for group in cli_ops.GROUPS),
+    )  # fmt: skip
+    listing.add_argument("--tool", default=None, help="only steps of this tool")
+    listing.add_argument(
+        "--ref-prefix", default=None, metavar="PREFIX",
+        help="only steps whose operation_ref starts with PREFIX (e.g. run_81/)",
+    )  # fmt: skip
+    _limit(listing)
+    _json(listing)
     listing.set_defaults(handler=cli_ops.steps_list)
-    show = steps.add_parser("show", help="a step with its envelope and events")
-    show.add_argument("ref", metavar="REF")
-    show.add_argument("--json", action="store_true")
+    show = steps.add_parser("show", help="a step: its redacted input, envelope and events")
+    _ref(show)
+    _json(show)
     show.set_defaults(handler=cli_ops.steps_show)
 
     escalations = commands.add_parser(
         "escalations", help="list, resolve or re-drive escalated steps"
     ).add_subparsers(dest="escalations_command", required=True)
     esc_list = escalations.add_parser("list", help="escalated steps")
-    esc_list.add_argument("--limit", type=int, default=100)
-    esc_list.add_argument("--json", action="store_true")
+    _limit(esc_list)
+    _json(esc_list)
     esc_list.set_defaults(handler=cli_ops.escalations_list)
-    resolve = escalations.add_parser("resolve", help="close an escalated step")
-    resolve.add_argument("ref", metavar="REF")
+    resolve = escalations.add_parser(
+        "resolve", help="close an escalated step as succeeded (with evidence) or failed"
+    )
+    _ref(resolve)
     resolve.add_argument(
         "--to",
         required=True,
         choices=[state.value for state in StepState if state in RESOLUTION_TARGETS],
+        help="the state it closes in",
     )
-    resolve.add_argument("--reason", required=True)
-    resolve.add_argument("--operator", default=None)
-    resolve.add_argument("--json", action="store_true")
+    _reason(resolve, "close it")
+    resolve.add_argument(
+        "--evidence", default=None, metavar="REFERENCE",
+        help="the downstream reference you checked (an invoice id, a URL); required with "
+        "--to succeeded",
+    )  # fmt: skip
+    resolve.add_argument(
+        "--confirm-not-written", action="store_true",
+        help="state that a write which may have happened did not (checked downstream); "
+        "required with --to failed when the outcome is unknown",
+    )  # fmt: skip
+    _actor(resolve, "operator")
+    _json(resolve)
     resolve.set_defaults(handler=cli_ops.escalations_resolve)
-    redrive = escalations.add_parser("redrive", help="run an escalated step again")
-    redrive.add_argument("ref", metavar="REF")
-    redrive.add_argument("--reason", required=True)
-    redrive.add_argument("--operator", default=None)
-    redrive.add_argument("--json", action="store_true")
+    redrive = escalations.add_parser(
+        "redrive", help="run an escalated step again (verified first if its outcome is unknown)"
+    )
+    _ref(redrive)
+    _reason(redrive, "run it again")
+    _actor(redrive, "operator")
+    _json(redrive)
     redrive.set_defaults(handler=cli_ops.escalations_redrive)
 
-    for name, handler, help_text in (
-        ("approve", cli_ops.approve, "approve a step waiting for approval"),
-        ("reject", cli_ops.reject, "reject a step waiting for approval (it fails)"),
+    for name, handler, help_text, what in (
+        ("approve", cli_ops.approve, "approve a step waiting for approval", "approve it"),
+        ("reject", cli_ops.reject, "reject a step waiting for approval (it fails)", "reject it"),
     ):
         command = commands.add_parser(name, help=help_text)
-        command.add_argument("ref", metavar="REF")
-        command.add_argument("--approver", default=None)
-        command.add_argument("--reason", required=True)
-        command.add_argument("--json", action="store_true")
+        _ref(command)
+        _actor(command, "approver")
+        _reason(command, what)
+        _json(command)
         command.set_defaults(handler=handler)
 
     cancel = commands.add_parser("cancel", help="cancel a waiting step")
-    cancel.add_argument("ref", metavar="REF")
-    cancel.add_argument("--reason", required=True)
-    cancel.add_argument("--operator", default=None)
-    cancel.add_argument("--json", action="store_true")
+    _ref(cancel)
+    _reason(cancel, "cancel it")
+    _actor(cancel, "operator")
+    _json(cancel)
     cancel.set_defaults(handler=cli_ops.cancel)
 
     purge = commands.add_parser(
@@ -156,13 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--older-than", required=True, metavar="DURATION", type=cli_ops.duration,
         help="e.g. 30d, 12h, 1w2d, 90m (last change of the step)",
     )  # fmt: skip
-    purge.add_argument("--batch", type=int, default=500, help="steps per transaction")
+    purge.add_argument(
+        "--batch", type=bounded(1, MAX_LIMIT), default=500, help="steps per transaction"
+    )
     purge.add_argument(
         "--include-escalated", action="store_true",
         help="also escalated steps (dead letters no operator closed)",
     )  # fmt: skip
     purge.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
-    purge.add_argument("--json", action="store_true")
+    _json(purge)
     purge.set_defaults(handler=cli_ops.purge)
 
     secrets = commands.add_parser(
@@ -173,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = secrets.add_parser(
         "rotate", help="re-encrypt every stored secret input with the first key"
     )
-    rotate.add_argument("--batch", type=int, default=500)
+    rotate.add_argument(
+        "--batch", type=bounded(1, MAX_LIMIT), default=500, help="steps per transaction"
+    )
     rotate.set_defaults(handler=cli_ops.secrets_rotate)
 
     from toolsafe.demo import run as demo
@@ -195,11 +282,53 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.gateway import cli as gateway_cli
 
     gateway_cli.add_commands(commands)
+
+    from toolsafe.cli import mcp as mcp_cli
+
+    mcp_cli.add_parser(commands)
     return parser
 
 
 def _fail(code: int, message: str) -> int:
     sys.stderr.write(f"toolsafe: error: {message}\n")
+    return code
+
+
+def _first_line(error: BaseException | None) -> str:
+    text = str(error).strip() if error is not None else ""
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _no_schema(error: BaseException | None) -> bool:
+    """The database answered, but without toolsafe's tables (never migrated)."""
+    text = str(error).lower()
+    return "no such table" in text or ("does not exist" in text and "relation" in text)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every expected failure as one line and its exit code."""
+    from kombu.exceptions import OperationalError as BrokerError
+    from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+
+    try:
+        code: int = args.handler(args)
+    except SettingsError as error:
+        return _fail(EXIT_USAGE, str(error))
+    except ToolsafeError as error:
+        return _fail(EXIT_REFUSED, str(error))
+    except (OperationalError, ProgrammingError) as error:
+        if _no_schema(error.orig):
+            return _fail(
+                EXIT_USAGE, "the database has no toolsafe schema: run `toolsafe migrate` first"
+            )
+        # The driver's message names host and port, not the password.
+        return _fail(EXIT_UNREACHABLE, f"the database cannot be reached: {_first_line(error.orig)}")
+    except DBAPIError as error:
+        return _fail(EXIT_UNREACHABLE, f"the database refused: {_first_line(error.orig)}")
+    except BrokerError as error:
+        return _fail(EXIT_UNREACHABLE, f"the broker cannot be reached: {_first_line(error)}")
+    except KeyboardInterrupt:
+        return _fail(EXIT_INTERRUPTED, "interrupted")
     return code
 
 
@@ -218,18 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for actor in ("operator", "approver"):
         if hasattr(args, actor) and getattr(args, actor) is None:
             setattr(args, actor, _operator(args.settings))
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        code: int = args.handler(args)
-    except SettingsError as error:
-        return _fail(EXIT_USAGE, str(error))
-    except ToolsafeError as error:
-        return _fail(EXIT_REFUSED, str(error))
-    except OperationalError as error:
-        # The driver's message names host and port, not the password.
-        return _fail(EXIT_UNREACHABLE, f"the database cannot be reached: {error.orig}")
-    return code
+    return _run(args)
 
 
 if __name__ == "__main__":

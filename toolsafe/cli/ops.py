@@ -11,11 +11,12 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from toolsafe.recovery.states import StepState
+from toolsafe.cli.acting import Action, act
+from toolsafe.recovery.states import REDRIVEN, StepState, ui_group
 from toolsafe.recovery.store import StepRecord, StorePort
-from toolsafe.tasks.views import StepView, build_view
+from toolsafe.tasks.views import StepView, build_view, redacted_input
 
 if TYPE_CHECKING:
     from toolsafe.recovery.store import StepStore
@@ -48,9 +49,31 @@ def _table(steps: Sequence[StepRecord]) -> None:
         )
 
 
+def group_states(group: str) -> list[StepState]:
+    """The states a front end shows in ``group`` (``toolsafe.recovery.states.ui_group``)."""
+    return [state for state in StepState if ui_group(state) == group]
+
+
+GROUPS: Final = tuple(dict.fromkeys(ui_group(state) for state in StepState))
+
+
+def _wanted_states(args: argparse.Namespace) -> list[StepState] | None:
+    """``--state`` and ``--group`` together: the states in both (each may repeat)."""
+    states: set[StepState] | None = None
+    if args.state:
+        states = {StepState(value) for value in args.state}
+    if args.group:
+        grouped = {state for group in args.group for state in group_states(group)}
+        states = grouped if states is None else states & grouped
+    return None if states is None else sorted(states, key=list(StepState).index)
+
+
 def steps_list(args: argparse.Namespace) -> int:
-    states = [StepState(value) for value in args.state] if args.state else None
-    steps = _store().list_steps(states, args.limit)
+    states = _wanted_states(args)
+    if states == []:
+        steps: list[StepRecord] = []  # --state and --group that share no state
+    else:
+        steps = _store().list_steps(states, args.limit, tool=args.tool, prefix=args.ref_prefix)
     if args.json:
         _print_json([build_view(step).as_dict() for step in steps])
     else:
@@ -58,7 +81,7 @@ def steps_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(view: StepView) -> None:
+def _show(view: StepView, stored_input: dict[str, Any]) -> None:
     lines = [
         f"operation_ref  {view.operation_ref}",
         f"tool           {view.tool}",
@@ -69,8 +92,11 @@ def _show(view: StepView) -> None:
         f"reason         {view.reason or '-'}",
         f"fields         {', '.join(view.fields) or '-'}",
         f"text           {view.text}",
-        "envelope",
+        "input (redacted)",
     ]
+    shown_input = json.dumps(stored_input, indent=2, sort_keys=True)
+    lines.extend("  " + line for line in shown_input.splitlines())
+    lines.append("envelope")
     envelope = json.dumps(view.envelope, indent=2, sort_keys=True) if view.envelope else "-"
     lines.extend("  " + line for line in envelope.splitlines())
     lines.append("events")
@@ -85,11 +111,13 @@ def _show(view: StepView) -> None:
 
 
 def steps_show(args: argparse.Namespace) -> int:
-    view = _client().view(args.ref)
+    client = _client()
+    view = client.view(args.ref)
+    shown_input = redacted_input(client.runtime.store.get(args.ref).input)
     if args.json:
-        _print_json(view.as_dict())
+        _print_json({**view.as_dict(), "input": shown_input})
     else:
-        _show(view)
+        _show(view, shown_input)
     return 0
 
 
@@ -102,28 +130,44 @@ def escalations_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _done(view: StepView, args: argparse.Namespace) -> int:
-    if getattr(args, "json", False):
-        _print_json(view.as_dict())
-    else:
-        sys.stdout.write(f"{view.operation_ref}: {view.state} ({view.ui_group})\n")
-    return 0
-
-
 def escalations_resolve(args: argparse.Namespace) -> int:
-    return _done(_client().resolve(args.ref, args.to, args.operator, args.reason), args)
+    target = StepState(args.to)
+    return act(
+        args,
+        Action("resolved", f"resolved as {target}", frozenset({target})),
+        lambda client: client.resolve(
+            args.ref,
+            target,
+            args.operator,
+            args.reason,
+            evidence=args.evidence,
+            confirm_not_written=args.confirm_not_written,
+        ),
+    )
 
 
 def escalations_redrive(args: argparse.Namespace) -> int:
-    return _done(_client().redrive(args.ref, args.operator, args.reason), args)
+    return act(
+        args,
+        Action("resolved", "re-driven", REDRIVEN),
+        lambda client: client.redrive(args.ref, args.operator, args.reason),
+    )
 
 
 def approve(args: argparse.Namespace) -> int:
-    return _done(_client().approve(args.ref, args.approver, args.reason), args)
+    return act(
+        args,
+        Action("approved", "approved"),
+        lambda client: client.approve(args.ref, args.approver, args.reason),
+    )
 
 
 def reject(args: argparse.Namespace) -> int:
-    return _done(_client().reject(args.ref, args.approver, args.reason), args)
+    return act(
+        args,
+        Action("rejected", "rejected"),
+        lambda client: client.reject(args.ref, args.approver, args.reason),
+    )
 
 
 def _input_argument(raw: str) -> Any:
@@ -132,8 +176,12 @@ def _input_argument(raw: str) -> Any:
 
     text = raw
     if raw.startswith("@"):
-        with open(raw[1:], encoding="utf-8") as handle:
-            text = handle.read()
+        try:
+            with open(raw[1:], encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) else "it is not UTF-8 text"
+            raise SettingsError("--input", f"cannot read {raw[1:]!r}: {reason}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -145,12 +193,20 @@ def _input_argument(raw: str) -> Any:
 
 def submit(args: argparse.Namespace) -> int:
     """Commit the step and publish it; the input's problems come back as InvalidInput."""
-    view = _client().submit(args.tool, _input_argument(args.input), operation_ref=args.ref)
-    return _done(view, args)
+    given = _input_argument(args.input)
+    return act(
+        args,
+        Action("submitted", "submitted"),
+        lambda client: client.submit(args.tool, given, operation_ref=args.ref),
+    )
 
 
 def cancel(args: argparse.Namespace) -> int:
-    return _done(_client().cancel(args.ref, args.reason, by=args.operator), args)
+    return act(
+        args,
+        Action("cancelled", "cancelled"),
+        lambda client: client.cancel(args.ref, args.reason, by=args.operator),
+    )
 
 
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")

@@ -3,14 +3,17 @@ handler, and the limits on headers and bodies applied before any route runs."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from sqlalchemy import Engine
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolsafe.gateway import metrics as gateway_metrics
-from toolsafe.gateway import problems
+from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
@@ -18,6 +21,9 @@ from toolsafe.gateway.state import Gateway
 from toolsafe.recovery.store.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.client import Client
+
+if TYPE_CHECKING:
+    from toolsafe.mcp.http import StreamableMCP
 
 DESCRIPTION = """\
 toolsafe's front door for agent services in any language: submit tool calls (the
@@ -110,12 +116,37 @@ def _database_of(client: Client) -> Engine:
     return store.engine
 
 
+def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
+    """The MCP app for ``/mcp`` when the ``mcp`` extra is installed, else ``None``."""
+    try:
+        from toolsafe.mcp.http import StreamableMCP
+    except ImportError:
+        return None
+    settings = state.settings
+    # A tools/call holds its request like ?wait= does: never beyond the gateway's bound.
+    wait = min(settings.mcp_wait, settings.gateway_max_wait)
+    return StreamableMCP(
+        state.aclient,
+        wait=wait,
+        max_body=settings.gateway_max_body,
+        loopback_only=state.authenticator.keys is None,
+    )
+
+
 def create_gateway(
     settings: Settings, *, client: Client | None = None, auth: bool = True
 ) -> FastAPI:
     """The app; ``auth=False`` is the development mode (the caller checks loopback)."""
     client = client if client is not None else Client.from_settings(settings)
     keys = KeyStore(_database_of(client)) if auth else None
+    state = Gateway(settings, client, Authenticator(keys))
+    mcp = _streamable_mcp(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.running() if mcp is not None else contextlib.nullcontext():
+            yield
+
     app = FastAPI(
         title="toolsafe gateway",
         version="1",
@@ -123,12 +154,21 @@ def create_gateway(
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        lifespan=lifespan,
     )
-    app.state.gateway = Gateway(settings, client, Authenticator(keys))
+    app.state.gateway = state
     app.state.authenticator = app.state.gateway.authenticator
     for module in (tools, actions, events, calls):  # the more specific paths first
         app.include_router(module.router, prefix="/v1")
     problems.install(app)
+    if mcp is not None:
+        from toolsafe.gateway.mcp import McpEndpoint
+
+        endpoint = McpEndpoint(mcp, state.authenticator)
+        app.router.routes.append(
+            Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"])
+        )
+    ui.install(app, app.state.gateway)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:

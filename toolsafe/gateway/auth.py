@@ -104,12 +104,20 @@ def caller(
 ) -> Principal:
     """The dependency every /v1 route has: 401 without a valid key."""
     authenticator: Authenticator = request.app.state.authenticator
+    if credentials is None:
+        return authenticate(authenticator, None, None)
+    return authenticate(authenticator, credentials.scheme, credentials.credentials)
+
+
+def authenticate(authenticator: Authenticator, scheme: str | None, token: str | None) -> Principal:
+    """The caller of a request with ``Authorization: <scheme> <token>`` (both ``None``
+    without the header); ``UNAUTHENTICATED`` unless it is a valid Bearer key."""
     if authenticator.keys is None:
         return DEV
     challenge = {"WWW-Authenticate": 'Bearer realm="toolsafe"'}
-    if credentials is None or credentials.scheme.lower() != "bearer":
+    if scheme is None or token is None or scheme.lower() != "bearer":
         raise ApiProblem("UNAUTHENTICATED", "a Bearer key is required", headers=challenge)
-    found = authenticator.principal(credentials.credentials)
+    found = authenticator.principal(token)
     if found is None:
         raise ApiProblem("UNAUTHENTICATED", "the key is unknown or was revoked", headers=challenge)
     return found

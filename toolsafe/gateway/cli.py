@@ -20,8 +20,8 @@ EXIT_USAGE: Final = 2
 
 def add_commands(commands: Any) -> None:
     serve = commands.add_parser("serve", help="run the HTTP gateway (docs/gateway.md)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
     serve.add_argument(
         "--no-auth",
         action="store_true",
@@ -33,18 +33,20 @@ def add_commands(commands: Any) -> None:
         dest="keys_command", required=True
     )
     create = keys.add_parser("create", help="a new key; its secret is shown once")
-    create.add_argument("--name", required=True)
-    create.add_argument("--scope", required=True, choices=["agent", "operator"])
+    create.add_argument("--name", required=True, help="the key's name (recorded as the actor)")
+    create.add_argument(
+        "--scope", required=True, choices=["agent", "operator"], help="what the key may do"
+    )
     create.add_argument(
         "--namespace", default=None, help="prefix of the operation_refs it may touch"
     )
-    create.add_argument("--json", action="store_true")
+    create.add_argument("--json", action="store_true", help="print JSON instead of text")
     create.set_defaults(handler=keys_create)
     listing = keys.add_parser("list", help="every key (never a secret)")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of text")
     listing.set_defaults(handler=keys_list)
     revoke = keys.add_parser("revoke", help="revoke a key by name")
-    revoke.add_argument("name", metavar="NAME")
+    revoke.add_argument("name", metavar="NAME", help="the key's name")
     revoke.set_defaults(handler=keys_revoke)
 
 

@@ -110,9 +110,19 @@ class Calls:
         return Request("POST", _path(operation_ref, action), body)
 
     def resolve(
-        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+        self,
+        operation_ref: str,
+        to: StepState | str,
+        operator: str,
+        reason: str,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> Request:
-        body = {"to": str(StepState(to)), "reason": reason, "operator": operator}
+        body: dict[str, Any] = {"to": str(StepState(to)), "reason": reason, "operator": operator}
+        if evidence is not None:
+            body["evidence"] = evidence
+        if confirm_not_written:
+            body["confirm_not_written"] = True
         return Request("POST", _path(operation_ref, "resolve"), body)
 
     def redrive(self, operation_ref: str, operator: str, reason: str) -> Request:
@@ -216,9 +226,20 @@ class GatewayClient:
         return self._view(self.calls.approval("reject", operation_ref, approver, reason))
 
     def resolve(
-        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+        self,
+        operation_ref: str,
+        to: StepState | str,
+        operator: str,
+        reason: str,
+        *,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> StepView:
-        return self._view(self.calls.resolve(operation_ref, to, operator, reason))
+        """Close an escalated step (``evidence`` to succeeded, ``confirm_not_written`` to
+        failed when the write may have happened)."""
+        return self._view(
+            self.calls.resolve(operation_ref, to, operator, reason, evidence, confirm_not_written)
+        )
 
     def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
         return self._view(self.calls.redrive(operation_ref, operator, reason))
@@ -291,9 +312,18 @@ class AsyncGatewayClient:
         return await self._view(self.calls.approval("reject", operation_ref, approver, reason))
 
     async def resolve(
-        self, operation_ref: str, to: StepState | str, operator: str, reason: str
+        self,
+        operation_ref: str,
+        to: StepState | str,
+        operator: str,
+        reason: str,
+        *,
+        evidence: str | None = None,
+        confirm_not_written: bool = False,
     ) -> StepView:
-        return await self._view(self.calls.resolve(operation_ref, to, operator, reason))
+        return await self._view(
+            self.calls.resolve(operation_ref, to, operator, reason, evidence, confirm_not_written)
+        )
 
     async def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
         return await self._view(self.calls.redrive(operation_ref, operator, reason))

@@ -165,6 +165,20 @@ class ResolveRequest(_Model):
     to: Literal["succeeded", "failed"]
     reason: NonEmpty
     operator: Actor | None = None
+    evidence: str | None = Field(
+        default=None,
+        description=(
+            "the downstream reference the operator checked (an invoice id, a URL); "
+            "required to close as succeeded (EVIDENCE_REQUIRED, EVIDENCE_INVALID)"
+        ),
+    )
+    confirm_not_written: bool = Field(
+        default=False,
+        description=(
+            "the operator states that a write which may have happened did not; required "
+            "to close such a step as failed (NOT_WRITTEN_UNCONFIRMED)"
+        ),
+    )
 
 
 class RedriveRequest(_Model):

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any, Final
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -110,7 +111,15 @@ def documented(description: str) -> dict[str, Any]:
     }
 
 
+def instance_of(path: str | None) -> str | None:
+    """RFC 9457 ``instance`` for a request: its path as a relative URI reference (the
+    decoded path percent-encoded again, so a ref with odd characters stays a URI)."""
+    return None if path is None else quote(path, safe="/:@!$&'()*+,;=")
+
+
 def problem_response(problem: ApiProblem, instance: str | None = None) -> JSONResponse:
+    """The problem as ``application/problem+json``; ``instance`` is the request's path."""
+    instance = instance_of(instance)
     body = Problem(
         type=f"urn:toolsafe:problem:{problem.code.lower().replace('_', '-')}",
         title=HTTPStatus(problem.status).phrase,

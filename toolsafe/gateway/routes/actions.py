@@ -90,7 +90,7 @@ def reject(
 @router.post(
     "/calls/{operation_ref:path}/resolve",
     response_model=CallView,
-    summary="Close an escalated step as succeeded or failed (operator keys)",
+    summary="Close an escalated step as succeeded (with evidence) or failed (operator keys)",
     responses=OPERATOR_PROBLEMS,
 )
 def resolve(
@@ -98,7 +98,14 @@ def resolve(
 ) -> Response:
     ref = principal.existing(operation_ref)
     return CallView.of(
-        state.client.resolve(ref, body.to, principal.by(body.operator), body.reason)
+        state.client.resolve(
+            ref,
+            body.to,
+            principal.by(body.operator),
+            body.reason,
+            evidence=body.evidence,
+            confirm_not_written=body.confirm_not_written,
+        )
     ).response()
 
 

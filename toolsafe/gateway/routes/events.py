@@ -50,6 +50,35 @@ def sse(event: EventRecord, state: str) -> str:
     return f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(data)}\n\n"
 
 
+async def step_stream(state: Gateway, ref: str, after: int) -> AsyncIterator[str]:
+    """The step's events after ``after`` as SSE text, until a terminal state or
+    ``TOOLSAFE_GATEWAY_MAX_WAIT``; counted as a held wait while it runs."""
+    store = state.client.runtime.store
+    last = after
+    deadline = time.monotonic() + state.settings.gateway_max_wait
+    state.waits += 1
+    try:
+        with state.client.runtime.feed.subscribe(ref) as changes:
+            while True:
+                step = await run_in_threadpool(store.get, ref)
+                found = await run_in_threadpool(store.events, ref)
+                for event in found:
+                    if event.id > last:
+                        last = event.id
+                        yield sse(event, str(step.state))
+                if step.state in TERMINAL:
+                    end = {"operation_ref": ref, "state": str(step.state)}
+                    yield f"event: end\ndata: {json.dumps(end)}\n\n"
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                if not await changes.wait_async(min(remaining, KEEPALIVE_SECONDS)):
+                    yield ": keep-alive\n\n"
+    finally:
+        state.leave_wait()
+
+
 @router.get(
     "/calls/{operation_ref:path}/events",
     response_class=StreamingResponse,
@@ -71,34 +100,8 @@ async def events(
     state.enter_wait()  # refused here (429) rather than in a stream already begun
     state.leave_wait()  # counted again once the stream runs, so a stream never started
     # (the client went away first) holds no count
-
-    async def stream() -> AsyncIterator[str]:
-        last = after
-        deadline = time.monotonic() + state.settings.gateway_max_wait
-        state.waits += 1
-        try:
-            with state.client.runtime.feed.subscribe(ref) as changes:
-                while True:
-                    step = await run_in_threadpool(store.get, ref)
-                    found = await run_in_threadpool(store.events, ref)
-                    for event in found:
-                        if event.id > last:
-                            last = event.id
-                            yield sse(event, str(step.state))
-                    if step.state in TERMINAL:
-                        end = {"operation_ref": ref, "state": str(step.state)}
-                        yield f"event: end\ndata: {json.dumps(end)}\n\n"
-                        return
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return
-                    if not await changes.wait_async(min(remaining, KEEPALIVE_SECONDS)):
-                        yield ": keep-alive\n\n"
-        finally:
-            state.leave_wait()
-
     return StreamingResponse(
-        stream(),
+        step_stream(state, ref, after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

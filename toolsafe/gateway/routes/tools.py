@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -28,11 +27,10 @@ def list_tools(_: Caller, state: Annotated[Gateway, Depends(gateway)]) -> ToolLi
     tools = []
     for name in registry.tools():
         adapter = registry.get(name)
-        doc = inspect.getdoc(type(adapter)) or ""
         tools.append(
             ToolInfo(
                 name=name,
-                description=doc.split("\n\n", 1)[0].replace("\n", " "),
+                description=adapter.describe(),
                 writes=adapter.writes,
                 has_lookup=adapter.has_lookup,
                 input_schema=adapter.input_model.model_json_schema(),

@@ -1,0 +1,57 @@
+"""The status page in a real browser: Playwright driving the system's Chromium (Debian's
+``chromium`` package, which ``.ci/run`` installs). No browser is ever downloaded."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+
+from playwright.sync_api import Browser, Playwright, sync_playwright
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+CHROMIUM: Final = Path("/usr/bin/chromium")
+ARGS: Final = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+IN_CI: Final = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+OUTPUT: Final = ROOT / "test-output" / "browser"
+"""Screenshots of each run (git-ignored)."""
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run does)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    launched = playwright.chromium.launch(
+        executable_path=str(CHROMIUM), args=list(ARGS), headless=True
+    )
+    yield launched
+    launched.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    return OUTPUT

@@ -1,0 +1,11 @@
+"""``toolsafe mcp``: the registry as an MCP server on the official SDK (extra ``mcp``).
+
+Over stdio (``toolsafe mcp``) and streamable HTTP (``/mcp`` in the gateway). A
+``tools/call`` submits the step under a replay-stable operation_ref and waits up to
+``TOOLSAFE_MCP_WAIT``; a client that declares the tasks extension gets a task at once,
+backed by the step store, so it survives a restart of the server (docs/mcp.md).
+"""
+
+from toolsafe.mcp.server import ToolsafeMCP
+
+__all__ = ["ToolsafeMCP"]
