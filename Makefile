@@ -66,3 +66,4 @@ bench: venv-dev
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.profile_step --top 12 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.gateway $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.metrics_scrape $(BENCH_ARGS)

@@ -177,7 +177,8 @@ class Client:
 
     def _publish_after_commit(self, operation_ref: str, now: datetime, tool: str) -> bool:
         try:
-            self.hints.execute(operation_ref, None, now, tool=tool)
+            # False: the publisher left it to the sweeper (the CLI's, when the broker is down).
+            return self.hints.execute(operation_ref, None, now, tool=tool)
         except (KombuOperationalError, OSError) as error:
             log.warning(
                 "step committed, hint not published (the sweeper will): %s",
@@ -185,7 +186,6 @@ class Client:
                 extra={"event": "publish_deferred", "operation_ref": operation_ref},
             )
             return False
-        return True
 
     def _check_shape(self, tool: str, input: object) -> int:
         """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""

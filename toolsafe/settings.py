@@ -154,9 +154,13 @@ class Settings:
     fault_plan: str | None = None
     fault_state_dir: str | None = None
     log_json: bool = False
-    # The operator exporter (/metrics) of a worker: off unless a port is set.
+    # The store-wide exporter (``toolsafe metrics``): its port (None: the command
+    # needs --port), how often it folds new events, and how long it waits for an event
+    # id that was skipped over to commit before taking it for rolled back.
     metrics_port: int | None = None
     metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_poll_interval: float = 1.0
+    metrics_gap_timeout: float = 60.0
     # The name the CLI records for approvals and resolutions (None: the OS user).
     operator: str | None = None
     # The TOOLSAFE_* variables this value was read from: the adapter modules' own
@@ -207,6 +211,8 @@ class Settings:
             "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
             "TOOLSAFE_MCP_WAIT": self.mcp_wait,
             "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
+            "TOOLSAFE_METRICS_POLL_INTERVAL": self.metrics_poll_interval,
+            "TOOLSAFE_METRICS_GAP_SECONDS": self.metrics_gap_timeout,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -330,6 +336,8 @@ def _read(reader: Reader) -> Settings:
         log_json=reader.choice("TOOLSAFE_LOG_FORMAT", ("text", "json"), "text") == "json",
         metrics_port=reader.port("TOOLSAFE_METRICS_PORT"),
         metrics_address=reader.host("TOOLSAFE_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
+        metrics_poll_interval=reader.number("TOOLSAFE_METRICS_POLL_INTERVAL", 1.0),
+        metrics_gap_timeout=reader.number("TOOLSAFE_METRICS_GAP_SECONDS", 60.0),
         operator=reader.name("TOOLSAFE_OPERATOR"),
         max_input_bytes=reader.integer("TOOLSAFE_MAX_INPUT_BYTES", 262_144),
         secret_keys=reader.secret_keys("TOOLSAFE_SECRET_KEYS"),

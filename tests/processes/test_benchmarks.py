@@ -93,3 +93,12 @@ def test_status_page_prints_each_page_with_and_without_its_indexes(
     assert "    3,000     yes " in out and "    3,000      no " in out
     assert "rare ref prefix (failed): Index Scan using ix_steps_state_operation_ref" in out
     assert "rare tool, escalated: Index Scan Backward using ix_steps_tool_state_id" in out
+
+
+def test_metrics_scrape_prints_scrape_times_and_the_old_computation(
+    pg_url: str, redis_url: str
+) -> None:
+    out = run_benchmark("metrics_scrape", pg_url, redis_url, "--sizes", "200,500", "--rounds", "3")
+    assert "      500 steps" in out and "old whole-table" in out
+    assert "old/new" in out and "catch-up s" in out
+    assert "target: not measured" in out  # the target is at 10^6 steps

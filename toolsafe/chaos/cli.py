@@ -116,7 +116,7 @@ def add_commands(commands: Any) -> None:
     form = st.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print JSON")
     form.add_argument(
-        "--prometheus", action="store_true", help="print what the workers' /metrics serve"
+        "--prometheus", action="store_true", help="print what `toolsafe metrics` serves"
     )
     st.set_defaults(handler=stats)
 

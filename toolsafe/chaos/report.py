@@ -32,7 +32,7 @@ class ChaosConfig:
     bound: float = 150.0  # seconds allowed to settle after the last submission
     workdir: Path | None = None
     keep_keys: tuple[str, ...] = ()  # broker keys a flush leaves alone
-    metrics: bool = True  # the first worker exports /metrics; the report scrapes it
+    metrics: bool = True  # run the store-wide exporter; the report scrapes it
     # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
     # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
     pg_restart_command: str | None = None
@@ -141,7 +141,7 @@ class ChaosReport:
             lines.extend(["", "counts (from the event log):", render(self.counts)])
         if self.exported:
             shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.exported.items()))
-            lines.append(f"worker /metrics (whole database): {shown}")
+            lines.append(f"exporter /metrics (store-wide): {shown}")
         return "\n".join(lines)
 
     def json(self) -> dict[str, Any]:

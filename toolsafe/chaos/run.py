@@ -45,7 +45,6 @@ from toolsafe.harness import (
     WorkerOptions,
     check_broker,
     flush_broker,
-    free_port,
     kill_db_connections,
     restart_database,
     start_beat,
@@ -57,7 +56,7 @@ from toolsafe.harness.local import (
     redis_db_of_its_own,
 )
 from toolsafe.harness.redis_server import RedisServer
-from toolsafe.metrics.exporter import read_counts
+from toolsafe.metrics.exporter import Exporter, Served, read_counts, serve
 from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.states import (
     NEEDS_AGENT,
@@ -140,7 +139,7 @@ class _Run:
         self.answered: set[tuple[str, str]] = set()
         self.inspected: set[tuple[str, str, str | None]] = set()
         self.passing_violations: list[Violation] = []
-        self.metrics_port: int | None = None
+        self.metrics: Served | None = None  # the one store-wide exporter
 
     def ref(self, index: int) -> str:
         return f"{self.prefix}{index:05d}"
@@ -164,7 +163,7 @@ class _Run:
         self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
         env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
-            self.metrics_port = free_port()
+            self.metrics = serve(Exporter(self.sql_store, poll_interval=0.2))
         self.workers = Fleet()
         run_id = self.prefix[6:-1]
         for number in range(config.workers):
@@ -176,15 +175,14 @@ class _Run:
                 loglevel="WARNING",
                 without=("gossip", "mingle", "heartbeat"),
             )
-            worker_env = dict(env)
-            if number == 0 and self.metrics_port is not None:
-                worker_env["TOOLSAFE_METRICS_PORT"] = str(self.metrics_port)
-            self.workers.add(start_worker(options, env=worker_env, directory=self.workdir))
+            self.workers.add(start_worker(options, env=dict(env), directory=self.workdir))
         self.env = env
         self.beat = self.start_beat()
         self.client = Client(create_app(Settings.from_env(env)))
 
     def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         if self.beat is not None:
             self.beat.stop()
         if self.workers is not None:
@@ -400,8 +398,9 @@ class _Run:
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
-        if self.metrics_port is not None:
-            report.exported = scrape(self.metrics_port)
+        if self.metrics is not None:
+            self.metrics.exporter.poll()  # everything committed so far, then scrape
+            report.exported = scrape(self.metrics.port)
 
     def step_facts(self, observed: Mapping[str, Observed]) -> list[StepFacts]:
         """Each step the store has, with its events and its tool's attempt limit."""
@@ -418,7 +417,8 @@ _SAMPLE = re.compile(r"^(toolsafe_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$")
 
 
 def scrape(port: int) -> dict[str, float]:
-    """A few figures from the first worker's /metrics (empty when it does not answer)."""
+    """A few figures from the exporter's /metrics, summed over tools (empty when it does
+    not answer)."""
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     except httpx.HTTPError:
@@ -431,8 +431,16 @@ def scrape(port: int) -> dict[str, float]:
     found: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if match and (match.group(1) + (match.group(2) or "")) in wanted:
-            found[wanted[match.group(1) + (match.group(2) or "")]] = float(match.group(3))
+        if match is None:
+            continue
+        labels = ",".join(
+            part
+            for part in (match.group(2) or "").strip("{}").split(",")
+            if part and not part.startswith("tool=")
+        )
+        key = match.group(1) + (f"{{{labels}}}" if labels else "")
+        if key in wanted:
+            found[wanted[key]] = found.get(wanted[key], 0.0) + float(match.group(3))
     return found
 
 

@@ -275,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     conformance_cli.add_parser(commands)
 
+    from toolsafe.metrics import cli as metrics_cli
+
+    metrics_cli.add_parser(commands)
+
     from toolsafe.gateway import cli as gateway_cli
 
     gateway_cli.add_commands(commands)

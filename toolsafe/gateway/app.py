@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolsafe.gateway import metrics as gateway_metrics
 from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
@@ -177,4 +178,5 @@ def create_gateway(
     app.add_middleware(
         Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
     )
+    gateway_metrics.install(app)  # outermost: refusals by Limits are counted too
     return app

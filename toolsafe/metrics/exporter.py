@@ -1,12 +1,15 @@
-"""The article's counts from the step store: read for ``toolsafe stats`` and exported as
-Prometheus metrics by workers, computed from the database on each scrape.
+"""The store-wide metrics for Prometheus, from one exporter process (``toolsafe metrics``).
 
-Why from the database and not per-process counters (prometheus_client's multiprocess
-mode): the event log is the one truth every worker process, host and restart shares. A
-counter bumped in a worker dies with a SIGKILL between the commit and the increment (or
-counts a transition that rolled back), and percentiles of recovery wait cannot be summed
-across processes. Every exporter therefore reports the same global figures; see
-docs/counts.md for how to scrape them.
+The exporter reads the event log once from the start, then every ``poll_interval`` only
+the events committed since (``toolsafe.metrics.follower``), folding each into counters
+(``toolsafe.metrics.tally``). A scrape renders those counters and asks the broker for its
+queue lengths: its cost does not grow with the steps table. The figures are store-wide,
+so run one exporter per store and scrape that one; workers serve none (summing their
+figures across instances would count every step once per worker). docs/operations.md
+lists every metric.
+
+``read_counts`` is the whole-table computation that ``toolsafe stats`` and the chaos
+report print (docs/counts.md): exact per step, and linear in the table.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 from celery.signals import worker_ready
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -27,140 +32,267 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from toolsafe.recovery.counts import ATTEMPT_BUCKETS, QUANTILES, Counts, compute_counts
+from toolsafe.celeryconfig import QUEUES
+from toolsafe.metrics.follower import EventFollower
+from toolsafe.metrics.queues import QueueDepth
+from toolsafe.metrics.tally import DURATION_BUCKETS, Histogram, Tally
+from toolsafe.recovery.counts import Counts, compute_counts
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore, StorePort
+from toolsafe.recovery.store.tally import EventGroup, events_after, history, settled_position
 from toolsafe.settings import Settings
 
 log = logging.getLogger("toolsafe.metrics")
 
-BATCH: Final = 5_000
-
 
 def read_counts(store: StorePort, prefix: str | None = None) -> Counts:
-    """Every count over the store (or the operation_refs starting with ``prefix``), from
-    the steps and events the store reads in one transaction (``StorePort.count_sources``:
-    the event fields the counts need, not the envelopes)."""
+    """Every count of docs/counts.md over the store (or the operation_refs starting with
+    ``prefix``), recomputed from all steps and events (``StorePort.count_sources``)."""
     sources = store.count_sources(prefix)
     return compute_counts(sources.steps, sources.events)
 
 
-def metric_families(counts: Counts) -> Iterator[Metric]:
-    """The counts as Prometheus metric families (names in docs/counts.md)."""
-    by_state = GaugeMetricFamily("toolsafe_steps", "Steps by current state.", labels=["state"])
-    for state in StepState:
-        by_state.add_metric([state.value], counts.by_state.get(state.value, 0))
-    yield by_state
+def _counter(name: str, doc: str, labels: Sequence[str], values: dict[Any, int]) -> Metric:
+    family = CounterMetricFamily(name, doc, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family
 
-    v = counts.verification
-    resolved = CounterMetricFamily(
+
+def _histogram(name: str, doc: str, per_tool: dict[str, Histogram]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=["tool"])
+    for tool, histogram in sorted(per_tool.items()):
+        family.add_metric([tool], histogram.cumulative(), sum_value=histogram.total)
+    return family
+
+
+def tally_families(tally: Tally) -> Iterator[Metric]:
+    """The folded figures as Prometheus metric families."""
+    tools = sorted({tool for tool, _ in tally.steps} | set(tally.submitted))
+    steps = GaugeMetricFamily(
+        "toolsafe_steps", "Steps by tool and current state.", labels=["tool", "state"]
+    )
+    for tool in tools:
+        for state in StepState:
+            steps.add_metric([tool, state.value], tally.steps.get((tool, state.value), 0))
+    yield steps
+    yield GaugeMetricFamily(
+        "toolsafe_unknown_outcomes_open",
+        "Unknown outcomes still being verified (steps in verifying).",
+        value=sum(n for (_, state), n in tally.steps.items() if state == "verifying"),
+    )
+    yield _counter(
+        "toolsafe_steps_submitted", "Steps submitted, by tool.", ["tool"], dict(tally.submitted)
+    )
+    yield _counter(
+        "toolsafe_executions",
+        "Executions claimed (moves into in_flight), by tool.",
+        ["tool"],
+        dict(tally.executions),
+    )
+    yield _counter(
+        "toolsafe_steps_finished",
+        "Moves into a terminal state, by tool and state (an operator's resolution of an "
+        "escalated step counts again under its new state).",
+        ["tool", "state"],
+        dict(tally.finished),
+    )
+    yield _counter(
         "toolsafe_unknown_outcomes_resolved",
         "Unknown outcomes closed, by how: found committed, found absent, escalated, cancelled.",
-        labels=["resolution"],
+        ["tool", "resolution"],
+        dict(tally.unknown_resolved),
     )
-    for name, value in (
-        ("committed", v.committed),
-        ("absent", v.absent),
-        ("escalated", v.escalated),
-        ("cancelled", v.cancelled),
-    ):
-        resolved.add_metric([name], value)
-    yield resolved
-    yield GaugeMetricFamily(
-        "toolsafe_unknown_outcomes_open", "Unknown outcomes still being verified.", value=v.open
+    yield _counter(
+        "toolsafe_lookups",
+        "Verification lookups by result: found, absent, inconclusive, escalated.",
+        ["tool", "result"],
+        dict(tally.lookups),
     )
-
-    p = counts.prevented
-    prevented = CounterMetricFamily(
+    yield _counter(
+        "toolsafe_escalations",
+        "Moves into escalated, by tool and reason.",
+        ["tool", "reason"],
+        dict(tally.escalations),
+    )
+    yield _counter(
         "toolsafe_duplicate_writes_prevented",
         "Writes a blind executor would have sent again: refused executions, redeliveries "
         "with nothing to do, verifications that found the write committed.",
-        labels=["kind", "reason"],
+        ["kind", "reason"],
+        dict(tally.prevented),
     )
-    for reason, value in p.refused.items():
-        prevented.add_metric(["execution_refused", reason], value)
-    for reason, value in p.idle_redeliveries.items():
-        prevented.add_metric(["idle_redelivery", reason], value)
-    prevented.add_metric(["found_committed", "verification"], p.found_committed)
-    yield prevented
-
-    w = counts.recovery_wait
-    wait = Metric(
+    yield _histogram(
+        "toolsafe_step_duration_seconds",
+        "Seconds from submission to each move into a terminal state.",
+        tally.duration,
+    )
+    yield _histogram(
         "toolsafe_recovery_wait_seconds",
-        "Seconds from a step's first failure to its terminal state (nearest-rank quantiles).",
-        "summary",
+        "Seconds an unknown outcome waited: from entering verifying to leaving it.",
+        tally.recovery_wait,
     )
-    for q in QUANTILES:
-        if q in w.quantiles:
-            wait.add_sample("toolsafe_recovery_wait_seconds", {"quantile": str(q)}, w.quantiles[q])
-    wait.add_sample("toolsafe_recovery_wait_seconds_count", {}, w.count)
-    wait.add_sample("toolsafe_recovery_wait_seconds_sum", {}, w.total)
-    yield wait
-
-    escalations = GaugeMetricFamily(
-        "toolsafe_escalations",
-        "Steps whose final state is escalated, by reason.",
-        labels=["reason"],
-    )
-    for reason, value in counts.escalations_by_reason.items():
-        escalations.add_metric([reason], value)
-    yield escalations
-
-    attempts = HistogramMetricFamily(
-        "toolsafe_step_attempts", "Executions claimed per step.", labels=[]
-    )
-    buckets: list[tuple[str, float]] = []
-    for bound in ATTEMPT_BUCKETS:
-        buckets.append((str(bound), sum(n for a, n in counts.attempts.items() if a <= bound)))
-    buckets.append(("+Inf", counts.steps))
-    attempts.add_metric([], buckets, sum_value=counts.attempts_total)
-    yield attempts
 
 
-class CountsCollector(Collector):
-    """Computes the counts when scraped, at most once per ``min_interval`` seconds.
-
-    The scan reads every step and event, so a burst of scrapes (several Prometheus
-    servers, a dashboard) shares one computation.
-    """
+class Exporter(Collector):
+    """The follower, its polling thread, and the collector a registry scrapes."""
 
     def __init__(
         self,
-        store: StorePort,
-        min_interval: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
+        store: StepStore,
+        *,
+        queues: QueueDepth | None = None,
+        poll_interval: float = 1.0,
+        gap_timeout: float = 60.0,
     ) -> None:
         self.store = store
-        self.min_interval = min_interval
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._cached: tuple[float, Counts, float] | None = None
+        self.queues = queues
+        self.poll_interval = poll_interval
+        self.follower = EventFollower(
+            partial(events_after, store),
+            history=partial(_history, store),
+            gap_timeout=gap_timeout,
+        )
+        self.caught_up = threading.Event()  # set after the first poll that worked
+        self.healthy = False
+        self.last_poll_seconds = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
-    def counts(self) -> tuple[Counts, float]:
-        """The counts and how long computing them took (seconds)."""
-        with self._lock:
-            now = self.clock()
-            if self._cached is None or now - self._cached[0] >= self.min_interval:
-                started = time.perf_counter()
-                counts = read_counts(self.store)
-                self._cached = (now, counts, time.perf_counter() - started)
-            return self._cached[1], self._cached[2]
+    @classmethod
+    def from_settings(cls, settings: Settings, store: StepStore) -> Exporter:
+        return cls(
+            store,
+            queues=QueueDepth(settings.broker_url, QUEUES),
+            poll_interval=settings.metrics_poll_interval,
+            gap_timeout=settings.metrics_gap_timeout,
+        )
+
+    def poll(self) -> int:
+        """Fold what committed since the last poll (the first one reads the whole log)."""
+        started = time.perf_counter()
+        try:
+            folded = self.follower.poll()
+        except Exception:
+            self.healthy = False
+            raise
+        self.last_poll_seconds = time.perf_counter() - started
+        self.healthy = True
+        self.caught_up.set()
+        return folded
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception as error:
+                # The database is down or restarting: the gauge says so; try again.
+                log.warning("event log unreadable: %s", error, extra={"event": "metrics_failed"})
+            self._stop.wait(self.poll_interval)
+
+    def start(self) -> Exporter:
+        self._thread = threading.Thread(target=self._loop, name="toolsafe-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self.queues is not None:
+            self.queues.close()
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            counts, took = self.counts()
-        except Exception:
-            # A scrape must answer even with the database down; the gauge says so.
-            log.exception("counts unavailable", extra={"event": "metrics_failed"})
-            yield GaugeMetricFamily(
-                "toolsafe_counts_up", "1 when the counts could be read.", value=0
-            )
-            return
-        yield GaugeMetricFamily("toolsafe_counts_up", "1 when the counts could be read.", value=1)
+        up = self.healthy and self.caught_up.is_set()
         yield GaugeMetricFamily(
-            "toolsafe_counts_compute_seconds", "Time the last computation took.", value=took
+            "toolsafe_counts_up",
+            "1 when the event log was read at the last poll and the figures are complete.",
+            value=1 if up else 0,
         )
-        yield from metric_families(counts)
+        follower = self.follower
+        with follower.lock:
+            tally = _copy(follower.tally)
+            position, awaited, abandoned = (
+                follower.position,
+                len(follower.awaited),
+                follower.abandoned,
+            )
+        yield GaugeMetricFamily(
+            "toolsafe_metrics_last_event_id", "The highest event id folded.", value=position
+        )
+        yield GaugeMetricFamily(
+            "toolsafe_metrics_awaited_events",
+            "Event ids skipped over whose transaction may still commit.",
+            value=awaited,
+        )
+        yield CounterMetricFamily(
+            "toolsafe_metrics_event_gaps_abandoned",
+            "Event ids awaited for TOOLSAFE_METRICS_GAP_SECONDS and given up (rolled back).",
+            value=abandoned,
+        )
+        yield GaugeMetricFamily(
+            "toolsafe_metrics_poll_seconds", "How long the last poll took.", self.last_poll_seconds
+        )
+        if up:
+            yield from tally_families(tally)
+        yield from self._queue_families()
+
+    def _queue_families(self) -> Iterator[Metric]:
+        if self.queues is None or not self.queues.readable:
+            return
+        try:
+            depths = self.queues.depths()
+        except Exception:
+            log.warning("queue depth unavailable", extra={"event": "metrics_queues_failed"})
+            depths = None
+        yield GaugeMetricFamily(
+            "toolsafe_queue_up",
+            "1 when the broker's queue lengths could be read.",
+            value=0 if depths is None else 1,
+        )
+        if depths is not None:
+            family = GaugeMetricFamily(
+                "toolsafe_queue_messages", "Messages waiting in a broker queue.", labels=["queue"]
+            )
+            for queue, n in depths.items():
+                family.add_metric([queue], n)
+            yield family
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode("utf-8")
+
+
+def _history(store: StepStore, before: float) -> tuple[int, list[EventGroup]]:
+    if store.engine.dialect.name != "postgresql":
+        # SQLite has no exact time arithmetic in SQL (julianday is a double of days),
+        # and an embedded store is small: read it event by event.
+        return 0, []
+    upto = settled_position(store, datetime.fromtimestamp(before, UTC))
+    return upto, history(store, upto, DURATION_BUCKETS) if upto else []
+
+
+def _copy(tally: Tally) -> Tally:
+    """A snapshot to render outside the follower's lock (a few dozen label sets)."""
+    return Tally(
+        steps=tally.steps.copy(),
+        submitted=tally.submitted.copy(),
+        executions=tally.executions.copy(),
+        finished=tally.finished.copy(),
+        unknown_resolved=tally.unknown_resolved.copy(),
+        lookups=tally.lookups.copy(),
+        escalations=tally.escalations.copy(),
+        prevented=tally.prevented.copy(),
+        duration={
+            tool: Histogram(h.bounds, list(h.counts), h.total) for tool, h in tally.duration.items()
+        },
+        recovery_wait={
+            tool: Histogram(h.bounds, list(h.counts), h.total)
+            for tool, h in tally.recovery_wait.items()
+        },
+        events=tally.events,
+    )
 
 
 def metrics_address(settings: Settings) -> tuple[str, int] | None:
@@ -170,48 +302,56 @@ def metrics_address(settings: Settings) -> tuple[str, int] | None:
     return settings.metrics_address, settings.metrics_port
 
 
-def serve(
-    store: StorePort, address: str = "127.0.0.1", port: int = 0, min_interval: float = 10.0
-) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` from a daemon thread; returns (server, thread).
+class Served:
+    """An exporter with its HTTP server; ``port`` is the bound port."""
 
-    ``server.server_port`` is the bound port (useful with port 0); ``server.shutdown()``
-    stops it.
-    """
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountsCollector(store, min_interval=min_interval))
-    server, thread = start_http_server(port, addr=address, registry=registry)
-    return server, thread
+    def __init__(self, exporter: Exporter, address: str, port: int) -> None:
+        self.exporter = exporter
+        self.server, self.thread = start_http_server(port, addr=address, registry=exporter.registry)
+        self.port: int = self.server.server_port
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+        self.exporter.stop()
 
 
-def exposition(store: StorePort) -> str:
-    """The metrics as Prometheus text, computed now (``toolsafe stats --prometheus``)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(CountsCollector(store, min_interval=0.0))
-    return generate_latest(registry).decode("utf-8")
+def serve(exporter: Exporter, address: str = "127.0.0.1", port: int = 0) -> Served:
+    """Start ``exporter`` polling and serve its ``/metrics`` from daemon threads."""
+    exporter.start()
+    return Served(exporter, address, port)
+
+
+def exposition(store: StepStore, settings: Settings | None = None) -> str:
+    """The metrics as Prometheus text, read now from the whole log (``toolsafe stats
+    --prometheus``: what ``toolsafe metrics`` serves)."""
+    queues = None if settings is None else QueueDepth(settings.broker_url, QUEUES)
+    exporter = Exporter(store, queues=queues)
+    try:
+        exporter.poll()
+    except Exception:
+        log.exception("event log unreadable", extra={"event": "metrics_failed"})
+    try:
+        return exporter.text()
+    finally:
+        exporter.stop()
 
 
 def install(target: Any) -> None:
-    """Start the exporter in a worker of the ``target`` app once it is ready, when
-    ``TOOLSAFE_METRICS_PORT`` is set (in the worker's main process: one per worker)."""
+    """Workers serve no store-wide figures: one set per worker would be summed into
+    multiples. A worker given ``TOOLSAFE_METRICS_PORT`` says where they moved."""
 
     settings: Settings = target.settings
 
-    def start(sender: Any = None, **_: Any) -> None:
-        # Signals are process-wide: answer only for a worker of this app.
+    def warn(sender: Any = None, **_: Any) -> None:
         if sender is None or id(getattr(sender, "app", None)) != id(target):
             return
-        address = metrics_address(settings)
-        if address is None:
-            return
-        from toolsafe.recovery.db import make_engine
+        if settings.metrics_port is not None:
+            log.warning(
+                "TOOLSAFE_METRICS_PORT is for `toolsafe metrics` (one exporter per store); "
+                "workers serve no /metrics",
+                extra={"event": "metrics_not_served"},
+            )
 
-        server, _thread = serve(StepStore(make_engine(settings.database_url)), *address)
-        log.info(
-            "metrics on http://%s:%s/metrics",
-            address[0],
-            server.server_port,
-            extra={"event": "metrics_serving", "port": server.server_port},
-        )
-
-    worker_ready.connect(start, weak=False, dispatch_uid=f"toolsafe-metrics-{id(target)}")
+    worker_ready.connect(warn, weak=False, dispatch_uid=f"toolsafe-metrics-{id(target)}")

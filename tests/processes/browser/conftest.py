@@ -31,13 +31,15 @@ OUTPUT: Final = ROOT / "test-output" / "browser"
 """Screenshots of each run (git-ignored)."""
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API runs, its event loop counts as
+# running on the main thread, and any later test that calls asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as running:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not CHROMIUM.exists():
         message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run does)"

@@ -437,3 +437,43 @@ def test_bad_input_gets_a_clear_problem_through_the_gateway(setup: Setup) -> Non
         for refused in ("gw/bad/large",):
             listed = http.get("/v1/calls/" + refused)
             assert listed.status_code == 404
+
+
+def test_metrics_count_this_gateways_requests_by_route_and_status(setup: Setup) -> None:
+    def sample(text: str, name: str, **labels: str) -> float:
+        wanted = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+        for line in text.splitlines():
+            if line.startswith(wanted + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    tools = {"route": "/v1/tools", "method": "GET"}
+    with setup.http() as anonymous, setup.http(setup.agent_a) as agent:
+        before = anonymous.get("/metrics").text
+        for _ in range(3):
+            assert agent.get("/v1/tools").status_code == 200
+        assert anonymous.get("/v1/tools").status_code == 401
+        assert anonymous.get(f"/no/such/{new_ref('path')}").status_code == 404
+        assert agent.get(f"/v1/calls/{new_ref('gw/none')}").status_code == 404
+        after = anonymous.get("/metrics")
+    assert after.headers["content-type"].startswith("text/plain")
+    text = after.text
+    requests = "toolsafe_gateway_requests_total"
+    assert (
+        sample(text, requests, **tools, status="200")
+        - sample(before, requests, **tools, status="200")
+        == 3
+    )
+    assert (
+        sample(text, requests, **tools, status="401")
+        - sample(before, requests, **tools, status="401")
+        == 1
+    )
+    unmatched = {"route": "unmatched", "method": "GET", "status": "404"}
+    assert sample(text, requests, **unmatched) - sample(before, requests, **unmatched) == 1
+    call = {"route": "/v1/calls/{operation_ref}", "method": "GET", "status": "404"}
+    assert sample(text, requests, **call) - sample(before, requests, **call) == 1  # not the ref
+    latency = "toolsafe_gateway_request_duration_seconds_count"
+    assert sample(text, latency, **tools) - sample(before, latency, **tools) == 4
+    assert sample(text, "toolsafe_gateway_request_duration_seconds_bucket", **tools, le="+Inf") >= 4
+    assert "toolsafe_steps{" not in text  # store-wide figures come from `toolsafe metrics`

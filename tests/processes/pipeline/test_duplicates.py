@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.metrics.truth import both
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import EXECUTE_TASK
+from toolsafe.metrics.exporter import Exporter
 from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.states import TERMINAL, StepState
+from toolsafe.recovery.store import StepStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -71,3 +74,40 @@ def test_duplicate_messages_and_two_workers_give_one_effect_each(cluster: Cluste
         assert len(claims) == 1, (ref, [e.kind for e in events])
         assert len(noops) >= extra, (ref, [e.kind for e in events])
         assert {e.detail.get("reason") for e in noops} <= set(NOOP_REASONS)
+
+
+def test_the_exporter_counts_two_workers_commits_exactly_once(cluster: Cluster) -> None:
+    """Followed live while two workers (and two sweepers) commit concurrently, the
+    exporter's figures end equal to the store's own, not one share per worker."""
+    client = cluster.client
+    store = client.runtime.store
+    assert isinstance(store, StepStore)
+    exporter = Exporter(store, poll_interval=0.02).start()
+    try:
+        refs = [new_ref(f"dup-metrics/{number}") for number in range(20)]
+        for number, ref in enumerate(refs):
+            client.submit(
+                "create_invoice",
+                {"customer_id": f"cus_m{number}", "amount_cents": 7, "currency": "EUR"},
+                operation_ref=ref,
+            )
+            client.app.send_task(EXECUTE_TASK, args=(ref,))  # a duplicate hint each
+        cluster.wait_for(
+            lambda: all(store.get(ref).state in TERMINAL for ref in refs),
+            timeout=60,
+            what="every step terminal",
+        )
+        figures: list[tuple[dict[str, object], ...]] = []
+
+        def agree() -> bool:
+            figures[:] = [both(store, exporter)]
+            return figures[0][0] == figures[0][1]
+
+        # Late duplicate hints still add noop events for a moment: wait for quiet.
+        cluster.wait_for(agree, timeout=30, interval=0.2, what="exporter == store")
+    finally:
+        exporter.stop()
+    mine, truth = figures[0]
+    assert mine["submitted"] == truth["submitted"] == len(store.list_steps(None, 10_000))
+    assert sum(mine["refused"].values()) + sum(mine["idle"].values()) >= 20  # type: ignore[attr-defined]
+    assert exporter.follower.abandoned == 0

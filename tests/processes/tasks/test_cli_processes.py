@@ -7,7 +7,6 @@ traceback. The actions run side by side: each one is a process of its own."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -155,28 +154,22 @@ def test_actions_commit_when_the_broker_is_down_and_a_repeat_is_already_done(
     assert unconfirmed.code == EXIT_REFUSED and "NOT_WRITTEN_UNCONFIRMED" in unconfirmed.one_line()
     assert world.state("act/resolve") is S.ESCALATED
 
+    # Run again: nothing changes, and the CLI says the action took effect already.
     again = world.runs(
         ("approve", "act/approve", "--reason", "amount matches"),
         ("escalations", "redrive", "act/redrive", "--reason", "conflict cleared"),
-        ("reject", "act/reject", "--reason", "wrong customer"),
         ("cancel", "act/cancel", "--reason", "duplicate request"),
         ("escalations", "resolve", "act/resolve", "--to", "failed", "--reason", "not in billing",
          "--confirm-not-written"),
     )  # fmt: skip
-    verbs = ("approved", "re-driven", "rejected", "cancelled")
-    for ran, ref, verb in zip(
-        again, ("act/approve", "act/redrive", "act/reject", "act/cancel"), verbs, strict=False
-    ):
+    refs = ("act/approve", "act/redrive", "act/cancel")
+    for ran, ref, verb in zip(again, refs, ("approved", "re-driven", "cancelled"), strict=False):
         assert (ran.code, ran.err) == (0, ""), ran
         assert ran.out.startswith(f"{ref}: already {verb} by ops-test at "), ran.out
         assert "nothing to do" in ran.out
     resolved = again[-1]
     assert (resolved.code, resolved.err) == (0, "") and "resolved by an operator" in resolved.out
-    repeat = world.run(
-        "escalations", "resolve", "act/resolve", "--to", "failed", "--reason", "again",
-        "--confirm-not-written",
-    )  # fmt: skip
-    assert repeat.code == 0 and "already resolved as failed by ops-test" in repeat.out
+    assert world.state("act/resolve") is S.FAILED
     # The repeats wrote nothing.
     kinds = [event.kind for event in world.store.events("act/approve")]
     assert kinds.count("approved") == 1
@@ -185,11 +178,10 @@ def test_actions_commit_when_the_broker_is_down_and_a_repeat_is_already_done(
 def test_expected_failures_are_one_line_and_their_exit_code(world: World, tmp_path: Path) -> None:
     nowhere = f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/none"
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
-    limit, unknown_ref, bad_input, version, no_db, not_migrated = world.runs(
+    limit, unknown_ref, bad_input, no_db, not_migrated = world.runs(
         ("steps", "list", "--limit", "-1"),
         ("steps", "show", "no/such/ref"),
         ("submit", "create_invoice", "--input", f"@{tmp_path / 'missing.json'}"),
-        ("--version",),
         ({"TOOLSAFE_DATABASE_URL": nowhere}, "steps", "list"),
         ({"TOOLSAFE_DATABASE_URL": empty}, "approve", "x", "--reason", "y"),
     )
@@ -197,24 +189,9 @@ def test_expected_failures_are_one_line_and_their_exit_code(world: World, tmp_pa
     assert "Traceback" not in limit.err
     assert unknown_ref.code == EXIT_REFUSED and "no/such/ref" in unknown_ref.one_line()
     assert bad_input.code == EXIT_USAGE and "cannot read" in bad_input.one_line()
-    assert (version.code, version.out) == (0, f"toolsafe {toolsafe.__version__}\n")
     assert no_db.code == EXIT_UNREACHABLE and "cannot be reached" in no_db.one_line()
     assert "s3cret" not in no_db.err
     assert not_migrated.code == EXIT_USAGE and "toolsafe migrate" in not_migrated.one_line()
-
-
-def test_steps_list_filters_and_show_has_the_redacted_input(world: World) -> None:
-    by_group, by_tool, shown = world.runs(
-        ("steps", "list", "--group", "waiting for approval", "--ref-prefix", "list/", "--json"),
-        ("steps", "list", "--tool", "create_invoice", "--ref-prefix", "list/", "--json"),
-        ("steps", "show", "list/approval", "--json"),
-    )
-    assert [view["operation_ref"] for view in json.loads(by_group.out)] == ["list/approval"]
-    assert {view["operation_ref"] for view in json.loads(by_tool.out)} == {
-        "list/approval",
-        "list/pending",
-    }
-    assert json.loads(shown.out)["input"] == INVOICE
 
 
 def _arguments(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.Action]]:
@@ -226,6 +203,13 @@ def _arguments(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, ar
         elif not isinstance(action, argparse._HelpAction):
             found.append((path, action))
     return found
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"toolsafe {toolsafe.__version__}\n"
 
 
 def test_every_argument_has_help() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from toolsafe.tasks.client import Client
 from toolsafe.tasks.runtime import utcnow
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}
+EMAIL = {"recipient_email": "ada@example.org", "subject": "Your invoice", "body": "Hi"}
 
 
 @pytest.fixture
@@ -95,6 +97,45 @@ def test_migrate_list_show_resolve(env: Path, capsys: pytest.CaptureFixture[str]
     assert "failed" in capsys.readouterr().out
     events = Client().view("cli/step_1").history
     assert events[-1].kind == "resolved" and events[-1].detail.get("operator") == "ops-test"
+
+
+def _approval_step(ref: str, tool: str = "create_invoice") -> None:
+    client = Client()
+    store = client.runtime.store
+    assert isinstance(store, StepStore)
+    policy = client.runtime.policy_for(tool)
+    create_step(store, tool, INVOICE if tool == "create_invoice" else EMAIL,
+                operation_ref=ref, policy=policy, now=utcnow())  # fmt: skip
+
+
+def test_steps_list_filters_and_show_has_the_redacted_input(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["migrate"]) == 0
+    _escalated_step("list/escalated")
+    _approval_step("list/pending")
+    _approval_step("list/mail", "send_email")
+    _approval_step("other/pending")
+    capsys.readouterr()
+
+    def listed(*argv: str) -> list[str]:
+        assert main(["steps", "list", "--json", *argv]) == 0
+        return [view["operation_ref"] for view in json.loads(capsys.readouterr().out)]
+
+    assert listed("--ref-prefix", "list/") == ["list/mail", "list/pending", "list/escalated"]
+    assert listed("--group", "queued", "--ref-prefix", "list/") == ["list/mail", "list/pending"]
+    assert listed("--group", "terminal", "--state", "pending") == []
+    assert listed("--tool", "send_email") == ["list/mail"]
+    assert listed("--group", "queued", "--tool", "create_invoice") == [
+        "other/pending", "list/pending"
+    ]  # fmt: skip
+    assert main(["steps", "show", "list/mail", "--json"]) == 0
+    # Redacted as logs are: the address is personal data, the rest is shown.
+    assert json.loads(capsys.readouterr().out)["input"] == {
+        **EMAIL, "recipient_email": "[REDACTED:email]"
+    }  # fmt: skip
+    assert main(["steps", "show", "list/mail"]) == 0
+    assert "input (redacted)" in capsys.readouterr().out
 
 
 def test_errors_and_exit_codes(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
