@@ -1,6 +1,7 @@
 """Services tests use real servers but start no worker or other Python process: each
 one's setup, call and teardown run under ``no_processes()``, which lets through only the
-servers' own programs (``tests/support/guards.py``)."""
+servers' own programs (``tests/support/guards.py``); the session's own fixtures are
+finalized at the last test's teardown, outside the guard."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    if nextitem is None:  # the session ends here: its fixtures (databases) are finalized
+        return (yield)
     with no_processes():
         return (yield)
