@@ -11,6 +11,7 @@ import logging
 import random
 import sys
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,11 @@ from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nud
 log = logging.getLogger("toolsafe.app")
 
 
+# Broker commands buffered before a batch of hints is flushed (two per hint: the
+# message and its task-sent event).
+_PUBLISH_BATCH = 200
+
+
 class Publisher:
     """Publishes hints; an ETA only below ``max_eta`` (R6), jittered so retries spread."""
 
@@ -77,6 +83,15 @@ class Publisher:
 
     def verify(self, operation_ref: str, due_at: datetime | None, now: datetime) -> bool:
         return self._send(VERIFY_TASK, operation_ref, due_at, now)
+
+    def execute_many(self, operation_refs: Sequence[str]) -> None:
+        """The hints of many steps due now (a batch submission): one producer, and on
+        Redis one pipeline per ``_PUBLISH_BATCH`` commands (kombu's ``Producer.batch``)
+        instead of a round trip per message. ``BatchPublishError`` when the broker
+        failed under a batch: which of its hints went out is unknown (R7 covers both)."""
+        with self.app.producer_or_acquire() as producer, producer.batch(_PUBLISH_BATCH):
+            for operation_ref in operation_refs:
+                self.app.send_task(EXECUTE_TASK, args=(operation_ref,), producer=producer)
 
     def escalation(self, operation_ref: str) -> None:
         self.app.send_task(ESCALATE_TASK, args=(operation_ref,))
