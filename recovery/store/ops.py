@@ -39,6 +39,7 @@ from toolsafe.recovery.rows import (
     json_ready,
     outcome_detail,
     snapshot,
+    updated_record,
     verification_refusal,
 )
 from toolsafe.recovery.schema import step_events, steps
@@ -383,8 +384,10 @@ def record(
     policy: Policy,
     now: datetime,
     rng: random.Random,
-) -> Decided | None:
-    """Decide on the outcome and write it, if the claim still holds.
+) -> tuple[StepRecord, Decision] | None:
+    """Decide on the outcome and write it, if the claim still holds; the step as
+    written (built from the claimed row and the values set: the statement returns only
+    what proves it matched).
 
     No SELECT first: the row as claimed is the row as it is, or the compare-and-set on
     its version (and lease owner) matches nothing and the lease was lost (R4, R5).
@@ -401,10 +404,10 @@ def record(
         decision.label,
         {**observed, **decision_detail(decision)},
     )
-    row = cas_update(conn, current, values, now, lease_owner=owner, change=change)
+    row = cas_update(conn, current, values, now, lease_owner=owner, change=change, slim=True)
     if row is None:
         return None
-    return row, decision
+    return updated_record(current, values, now), decision
 
 
 def apply_action(

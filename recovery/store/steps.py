@@ -441,7 +441,7 @@ class StepStore(StepActions):
                 rng=rng,
             )
         )
-        return None if decided is None else Recorded(step_record(decided[0]), decided[1])
+        return None if decided is None else Recorded(*decided)
 
     # -------------------------------------------------------------- leases
 

@@ -445,6 +445,8 @@ def test_record_correct_input_keeps_flagged_fields_and_fingerprint(store: StoreP
     assert step.state is S.NEEDS_INPUT and step.flagged_fields == ("recipient_email",)
     assert step.fingerprint is not None and step.fingerprint_repeats == 1
     assert step.max_attempts == 2 and step.due_at is None
+    # The record a worker gets back is the row as stored (no read-back needed).
+    assert store.get(REF) == step
 
 
 def test_record_after_the_lease_was_lost_writes_nothing(store: StorePort) -> None:
@@ -489,6 +491,7 @@ def test_record_lookup_results(
     )
     assert recorded is not None and recorded.step.state is state
     assert recorded.step.lease_owner is None and recorded.step.attempts == 1
+    assert store.get(REF) == recorded.step
     event = store.events(REF)[-1]
     assert event.kind == "looked_up" and "result" not in event.detail["lookup"]
     if isinstance(result, LookupFound):
