@@ -12,10 +12,8 @@ from hypothesis import strategies as st
 
 from tests.adapters.hostile_corpus import CONTROL, HTML, INJECTIONS, SECRETS, TRACES
 from toolsafe.adapters.redaction import (
-    _ANY_SECRET,
     _DROP_CATEGORIES,
     _INSTRUCTION_PATTERNS,
-    SECRET_PATTERNS,
     RedactingFilter,
     clean_text,
     find_secrets,
@@ -174,43 +172,21 @@ def _clean_text_by_the_book(text: str, limit: int) -> str:
     return " ".join("".join(kept).split())[:limit]
 
 
-def _redact_by_the_book(text: str) -> str:
-    """``redact``'s secret patterns applied one by one, with no combined pre-check."""
-    for secret in SECRET_PATTERNS:
-        text = secret.pattern.sub(f"[REDACTED:{secret.kind}]", text[:65_536])
-    return text
-
-
 CORPUS_TEXTS = [sample.text for sample in [*SECRETS, *INJECTIONS, *HTML, *TRACES, *CONTROL]]
 
 
 @pytest.mark.parametrize("text", CORPUS_TEXTS)
-def test_the_combined_scans_agree_with_each_pattern_on_the_corpus(text: str) -> None:
+def test_the_shortcuts_agree_with_the_full_scans_on_the_corpus(text: str) -> None:
     cleaned = clean_text(text)
     assert cleaned == _clean_text_by_the_book(text, 65_536)
     assert looks_like_instructions(text) == any(
         pattern.search(clean_text(text).casefold()) for pattern in _INSTRUCTION_PATTERNS
     )
-    if _ANY_SECRET.search(cleaned) is None:
-        assert _redact_by_the_book(cleaned) == cleaned
 
 
 @given(st.text(max_size=300), st.integers(min_value=1, max_value=400))
 def test_clean_text_shortcut_agrees_with_the_full_clean_up(text: str, limit: int) -> None:
     assert clean_text(text, limit) == _clean_text_by_the_book(text, limit)
-
-
-@given(
-    st.lists(
-        st.sampled_from(["sk_live_", "ghp_", "eyJ", "Bearer ", "AKIA", "a@b.io", "password="])
-        | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=30),
-        max_size=8,
-    )
-)
-def test_no_pattern_substitutes_where_the_combined_scan_finds_nothing(parts: list[str]) -> None:
-    text = "".join(parts)
-    if _ANY_SECRET.search(text) is None:
-        assert _redact_by_the_book(text) == text
 
 
 def test_the_log_filter_scrubs_a_repeated_field_the_same_way_every_time() -> None:
