@@ -233,13 +233,20 @@ def _claim_fast_statement() -> Select[Any]:
         # Locked, so the prior state read here is the row's newest version: a claim that
         # waited on another transaction must not label its event with a stale state.
         .with_for_update()
-        .subquery("prior")
+        .cte("prior")
     )
     now = bindparam("now", type_=steps.c.updated_at.type)
     claim = (
         update(steps)
-        # The guard that ``execution_refusal`` evaluates in Python, compiled (R3).
-        .where(steps.c.id == prior.c.id, *EXECUTION.where(steps, now))
+        # By primary key: the row's id comes from the one-row ``prior`` CTE as a scalar,
+        # evaluated once. A join (``UPDATE … FROM prior``) let a generic plan scan every
+        # due step and look ``prior`` up once per step: a claim cost as many index scans
+        # as there were steps waiting.
+        .where(
+            steps.c.id == select(prior.c.id).scalar_subquery(),
+            # The guard that ``execution_refusal`` evaluates in Python, compiled (R3).
+            *EXECUTION.where(steps, now),
+        )
         .values(
             state=S.IN_FLIGHT.value,
             lease_owner=bindparam("owner"),
@@ -249,7 +256,7 @@ def _claim_fast_statement() -> Select[Any]:
             version=steps.c.version + 1,
             updated_at=now,
         )
-        .returning(*steps.c, prior.c.prior_state)
+        .returning(*steps.c, select(prior.c.prior_state).scalar_subquery().label("prior_state"))
     )
     return with_event(claim, _claim_event_columns)
 
