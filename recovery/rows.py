@@ -136,7 +136,11 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
 def updated_record(before: StepRecord, values: Mapping[str, Any], now: datetime) -> StepRecord:
     """``before`` with the column ``values`` a compare-and-set wrote (version + 1,
     ``updated_at`` = now), as reading the row back would give it: times in UTC, the
-    state as a ``StepState``, the flagged fields as a tuple, JSON as plain values."""
+    state as a ``StepState``, the flagged fields as a tuple, JSON as plain values.
+
+    Columns written without a new version must come in ``values`` from the row itself
+    (``published_at``); the input is ``before``'s (a key rotation re-seals it without a
+    version: the same plain input, under the old key's seal in this record)."""
     changed: dict[str, Any] = {}
     for name, value in values.items():
         if name == "state":

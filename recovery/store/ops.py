@@ -414,7 +414,9 @@ def record(
     row = cas_update(conn, current, values, now, lease_owner=owner, change=change, slim=True)
     if row is None:
         return None
-    return updated_record(current, values, now), decision
+    # ``published_at`` is bookkeeping written without a version: the row's, not the claim's.
+    written = {**values, "published_at": row.published_at}
+    return updated_record(current, written, now), decision
 
 
 def apply_action(

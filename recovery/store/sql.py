@@ -44,8 +44,9 @@ _BY_ID = select(steps).where(steps.c.id == bindparam("id"))
 _EVENT = insert(step_events)
 _CAS: dict[tuple[tuple[str, ...], bool, bool, bool], Update | Select[Any]] = {}
 # What a slim compare-and-set returns: enough to know it matched, to log its event and
-# to write an escalation notice; the caller knows the rest of the row.
-_SLIM = (steps.c.id, steps.c.operation_ref, steps.c.state, steps.c.version)
+# to write an escalation notice, and ``published_at``, the one column written without a
+# new version (``mark_published``, the sweeper); the caller knows the rest of the row.
+_SLIM = (steps.c.id, steps.c.operation_ref, steps.c.state, steps.c.version, steps.c.published_at)
 ESCALATED: Final = StepState.ESCALATED.value
 _EVENT_COLUMNS = ("step_id", "operation_ref", "at", "kind", "from_state", "to_state", "label")
 
@@ -191,8 +192,9 @@ def cas_update(
 
     With ``change``, the event row is appended in the same transaction when the update
     matched: on PostgreSQL in the same statement, elsewhere as a second one. ``slim``
-    returns only id, operation_ref, state and version (no JSON columns to decode) for a
-    caller that builds the new row from the one it had (``rows.updated_record``).
+    returns only id, operation_ref, state, version and published_at (no JSON columns to
+    decode) for a caller that builds the new row from the one it had
+    (``rows.updated_record``).
     """
     columns = tuple(sorted(values))
     parameters = {f"set_{column}": values[column] for column in columns}

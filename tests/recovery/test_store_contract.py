@@ -449,6 +449,17 @@ def test_record_correct_input_keeps_flagged_fields_and_fingerprint(store: StoreP
     assert store.get(REF) == step
 
 
+def test_record_gives_back_the_row_as_stored_after_a_publish_stamp(store: StorePort) -> None:
+    # ``mark_published`` writes without a new version: the record must still be the row.
+    claim = claimed(store)
+    store.mark_published(REF, T0 + MINUTE)
+    recorded = store.record(
+        claim, Executed(success(REF)), traits=WRITE, policy=POLICY, now=T0, rng=rng()
+    )
+    assert recorded is not None and recorded.step.published_at == T0 + MINUTE
+    assert store.get(REF) == recorded.step
+
+
 def test_record_after_the_lease_was_lost_writes_nothing(store: StorePort) -> None:
     claim = claimed(store)
     [expired] = store.expire_leases(T0 + LEASE, lambda _: WRITE, lambda _: POLICY)
