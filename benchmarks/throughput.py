@@ -260,7 +260,32 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
         for name, attribute in (("worker CPU", "worker_cpu"), ("db CPU", "database_cpu")):
             extra = _median(tool, _per_step(attribute)) - _median(base, _per_step(attribute))
             print(f"    {name:10} {extra:+6.2f} ms/step")
+    if "rows" in results:
+        print_targets(tool, results["rows"])
     print(f"\nload average at the end: {load_average()}")
+
+
+# The hot-path issue's targets against the hand-rolled task in the same run (ratios of
+# medians); the batch submission's is printed by ``benchmarks.submit_cost``.
+DRAIN_TARGET: Final = 1.0
+E2E_TARGET: Final = 0.9
+SUBMIT_TARGET: Final = 1.5
+
+
+def print_targets(tool: list[Run], rows: list[Run]) -> None:
+    def ratio(value: Callable[[Run], float]) -> float:
+        return _median(tool, value) / _median(rows, value)
+
+    drain = ratio(lambda r: r.drain_rate)
+    e2e = ratio(lambda r: r.e2e_rate)
+    submit = ratio(_per_step("submit_seconds"))
+    print("\ntargets (toolsafe / the hand-rolled task, medians of this run):")
+    for name, value, target, met in (
+        ("worker drain", drain, f">= {DRAIN_TARGET}x", drain >= DRAIN_TARGET),
+        ("end to end", e2e, f">= {E2E_TARGET}x", e2e >= E2E_TARGET),
+        ("submit vs a plain send_task", submit, f"<= {SUBMIT_TARGET}x", submit <= SUBMIT_TARGET),
+    ):
+        print(f"  {name:28} {value:5.2f}x  (target {target})  {'met' if met else 'NOT met'}")
 
 
 def build_parser() -> argparse.ArgumentParser:

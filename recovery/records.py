@@ -3,6 +3,7 @@ outcome (built from database rows; no session or connection attached)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
@@ -11,6 +12,7 @@ from sqlalchemy import Row
 
 from toolsafe.adapters.envelope import CommitState
 from toolsafe.recovery.outcomes import Decision
+from toolsafe.recovery.policy import Policy
 from toolsafe.recovery.states import StepState
 
 
@@ -80,6 +82,20 @@ class Submitted:
     @property
     def created(self) -> bool:
         return self.event is not None
+
+
+@dataclass(frozen=True)
+class NewStep:
+    """One call of a batch submission (``submit_many``): what ``submit`` takes for one
+    step, with the same meaning (``operation_ref`` None: a new one is made)."""
+
+    tool: str
+    input: Mapping[str, Any]
+    operation_ref: str | None
+    policy: Policy
+    digest: str | None = None
+    equivalent_hashes: Collection[str] = ()
+    same_input: Callable[[dict[str, Any]], bool] | None = None
 
 
 @dataclass(frozen=True)

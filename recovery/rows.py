@@ -4,7 +4,8 @@ snapshots, Decisions to column values, outcomes to redacted event details."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Row
@@ -130,6 +131,26 @@ def outcome_detail(outcome: Executed | LookedUp) -> dict[str, Any]:
     if redacted:
         return {"lookup": summary, "redactions": redacted}
     return {"lookup": summary}
+
+
+def updated_record(before: StepRecord, values: Mapping[str, Any], now: datetime) -> StepRecord:
+    """``before`` with the column ``values`` a compare-and-set wrote (version + 1,
+    ``updated_at`` = now), as reading the row back would give it: times in UTC, the
+    state as a ``StepState``, the flagged fields as a tuple, JSON as plain values.
+
+    Columns written without a new version must come in ``values`` from the row itself
+    (``published_at``); the input is ``before``'s (a key rotation re-seals it without a
+    version: the same plain input, under the old key's seal in this record)."""
+    changed: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == "state":
+            value = StepState(value)
+        elif name == "flagged_fields":
+            value = tuple(value)
+        elif isinstance(value, datetime):
+            value = value.astimezone(UTC)
+        changed[name] = value
+    return replace(before, **changed, version=before.version + 1, updated_at=now.astimezone(UTC))
 
 
 def json_ready(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
-from toolsafe.tasks.client import Client, Submission, WaitTimeout
+from toolsafe.tasks.client import CallSpec, Client, Submission, WaitTimeout
 from toolsafe.tasks.views import StepView
 
 T = TypeVar("T")
@@ -47,6 +47,15 @@ class AsyncClient:
         actor: str | None = None,
     ) -> Submission:
         return await self._run(self.client.submit_call, tool, input, operation_ref, actor=actor)
+
+    async def submit_many(
+        self,
+        calls: Iterable[CallSpec],
+        *,
+        actor: str | None = None,
+    ) -> list[Submission]:
+        """:meth:`Client.submit_many`: one transaction, one batch of hints."""
+        return await self._run(self.client.submit_many, list(calls), actor=actor)
 
     async def view(self, operation_ref: str) -> StepView:
         return await self._run(self.client.view, operation_ref)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from kombu.exceptions import BatchPublishError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from toolsafe.adapters.errors import (
@@ -26,12 +27,14 @@ from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.canonical import canonical_json, input_hash
 from toolsafe.recovery.outcomes import TransitionRefused
+from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.store import Recorded, StepRecord
+from toolsafe.recovery.store.steps import in_batch
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
-from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
+from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app
 from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime, utcnow
 from toolsafe.tasks.views import StepView, build_view
@@ -53,6 +56,18 @@ class WaitTimeout(ToolsafeError, TimeoutError):
             f"step {self.operation_ref} is still {self.state} after {self.timeout:g}s; "
             "call wait() again or view() it"
         )
+
+
+class ToolCall(NamedTuple):
+    """One call of a batch for :meth:`Client.submit_many` (a plain 2- or 3-tuple works)."""
+
+    tool: str
+    input: Mapping[str, Any]
+    operation_ref: str | None = None
+
+
+CallSpec = ToolCall | tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
+"""A call of a batch: a ``ToolCall`` or a (tool, input[, operation_ref]) tuple."""
 
 
 class Submission(NamedTuple):
@@ -134,6 +149,71 @@ class Client:
         hint is logged, and the sweeper publishes it after ``republish_after`` (R2, R7).
         """
         runtime = self.runtime
+        call = self._new_step(tool, input, operation_ref)
+        now = utcnow()
+        # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
+        # hint published right after. Should that publish be lost, the sweeper
+        # re-publishes once ``republish_after`` has passed since the stamp (R7).
+        submitted = runtime.store.submit(
+            tool,
+            call.input,
+            operation_ref=operation_ref,
+            policy=call.policy,
+            now=now,
+            published_at=now,
+            digest=call.digest,
+            equivalent_hashes=call.equivalent_hashes,
+            same_input=call.same_input,
+            actor=actor,
+        )
+        step = submitted.step
+        runtime.faults.hit("after_submit_commit", step.operation_ref)
+        if submitted.event is not None:
+            self._publish_after_commit(step.operation_ref, now, step.tool)
+            # Nothing happened to a new step yet: its only event is the one just written.
+            return Submission(build_view(step, (submitted.event,)), True)
+        return self._repeated(step, now)
+
+    def submit_many(
+        self, calls: Iterable[CallSpec], *, actor: str | None = None
+    ) -> list[Submission]:
+        """Many ``submit_call``s at the cost of a few: every call checked as ``submit``
+        checks it, then ONE transaction commits them all (each step with its
+        ``submitted`` event), then their hints go out in one batch through one producer.
+
+        The rules are ``submit``'s, call by call: the same operation_ref returns the
+        stored step (``created`` False), also when an earlier call of the batch made it;
+        another tool or input under it raises ``OperationRefConflict``. A refused call
+        (``UnknownToolError``, ``InvalidInput``, ``InvalidOperationRef``, a conflict)
+        raises with a note naming it, and then nothing of the batch is committed.
+        """
+        runtime = self.runtime
+        prepared: list[NewStep] = []
+        for index, (tool, input, *rest) in enumerate(calls):
+            operation_ref = rest[0] if rest else None
+            try:
+                prepared.append(self._new_step(tool, input, operation_ref))
+            except ToolsafeError as error:
+                in_batch(error, index)
+                raise
+        now = utcnow()
+        submitted = runtime.store.submit_many(prepared, now=now, published_at=now, actor=actor)
+        for one in submitted:
+            runtime.faults.hit("after_submit_commit", one.step.operation_ref)
+        self._publish_many(
+            [(one.step.operation_ref, one.step.tool) for one in submitted if one.created], now
+        )
+        return [
+            Submission(build_view(one.step, (one.event,)), True)
+            if one.event is not None
+            else self._repeated(one.step, now)
+            for one in submitted
+        ]
+
+    def _new_step(self, tool: str, input: Mapping[str, Any], operation_ref: str | None) -> NewStep:
+        """The call as the store takes it: validated, canonical, secrets sealed, hashed
+        (``UnknownToolError``, ``InvalidInput`` when it cannot be submitted)."""
+        runtime = self.runtime
         adapter = runtime.adapter(tool)
         raw_size = self._check_shape(tool, input)
         problems = adapter.validate(input)
@@ -144,36 +224,45 @@ class Client:
         if not adapter.secret_fields() and raw_size:
             # Steps stored before inputs were canonical carry the hash of the raw input.
             hashes.append(input_hash(input))
-        now = utcnow()
-        # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
-        # hint published right after. Should that publish be lost, the sweeper
-        # re-publishes once ``republish_after`` has passed since the stamp (R7).
-        submitted = runtime.store.submit(
+        return NewStep(
             tool,
             stored,
-            operation_ref=operation_ref,
-            policy=runtime.policy_for(tool),
-            now=now,
-            published_at=now,
+            operation_ref,
+            runtime.policy_for(tool),
             digest=hashes[0],
             equivalent_hashes=hashes[1:],
             same_input=lambda found: self._opens_to(found, canonical),
-            actor=actor,
         )
-        step = submitted.step
-        runtime.faults.hit("after_submit_commit", step.operation_ref)
-        if submitted.event is not None:
-            self._publish_after_commit(step.operation_ref, now, step.tool)
-            # Nothing happened to a new step yet: its only event is the one just written.
-            return Submission(build_view(step, (submitted.event,)), True)
-        # An earlier submitter committed but may have died before publishing.
+
+    def _repeated(self, step: StepRecord, now: datetime) -> Submission:
+        """A repeat of a stored step: an earlier submitter committed it but may have died
+        before publishing, so an unpublished pending step is published now."""
         if (
             step.state is StepState.PENDING
             and self._unpublished(step, now)
             and self._publish_after_commit(step.operation_ref, now, step.tool)
         ):
-            runtime.store.mark_published(step.operation_ref, utcnow())
+            self.runtime.store.mark_published(step.operation_ref, utcnow())
         return Submission(self.view(step.operation_ref), False)
+
+    def _publish_many(self, steps: Sequence[tuple[str, str]], now: datetime) -> None:
+        """The hints of steps just committed (operation_ref, tool); one producer for all
+        through the Celery publisher. A broker that refuses leaves the rest to the sweeper
+        (R7)."""
+        if not steps:
+            return
+        if not isinstance(self.hints, Publisher):
+            for ref, tool in steps:
+                self._publish_after_commit(ref, now, tool)
+            return
+        try:
+            self.hints.execute_many(steps)
+        except (KombuOperationalError, BatchPublishError, OSError) as error:
+            log.warning(
+                "steps committed, hints not all published (the sweeper will): %s",
+                type(error).__name__,
+                extra={"event": "publish_deferred", "operation_ref": steps[0][0]},
+            )
 
     def _publish_after_commit(self, operation_ref: str, now: datetime, tool: str) -> bool:
         try:

@@ -60,6 +60,8 @@ class Heartbeat:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        # Monotonic time the thread will wake up by (read and set under ``_lock``).
+        self._wakes_at = math.inf
 
     @property
     def interval(self) -> float:
@@ -73,7 +75,11 @@ class Heartbeat:
         with self._lock:
             self._ensure_thread()
             self._held[id(hold)] = hold
-        self._wake.set()  # the thread plans its next wake-up with this hold in view
+            # The thread plans its next wake-up with this hold in view; it need not be
+            # woken (a thread switch on every claim) when it wakes before it is due.
+            wake = hold.next_renewal < self._wakes_at
+        if wake:
+            self._wake.set()
         return hold
 
     def release(self, hold: Hold) -> Claim | None:
@@ -92,6 +98,7 @@ class Heartbeat:
             self._thread = None
             self._held.clear()
         if self._thread is None or not self._thread.is_alive():
+            self._wakes_at = math.inf
             self._thread = threading.Thread(
                 target=self._run, name="toolsafe-heartbeat", daemon=True
             )
@@ -101,6 +108,8 @@ class Heartbeat:
         while True:
             with self._lock:
                 holds = list(self._held.values())
+                # Until the plan below is made, a new hold must wake the thread.
+                self._wakes_at = math.inf
             now = time.monotonic()
             wait = self.interval
             for hold in holds:
@@ -108,7 +117,10 @@ class Heartbeat:
                     self._renew(hold)
                     now = time.monotonic()
                 wait = min(wait, max(hold.next_renewal - now, 0.0))
-            self._wake.wait(max(wait, 0.01))
+            wait = max(wait, 0.01)
+            with self._lock:
+                self._wakes_at = now + wait
+            self._wake.wait(wait)
             self._wake.clear()
 
     def _renew(self, hold: Hold) -> None:

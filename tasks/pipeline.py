@@ -82,7 +82,10 @@ class StepReport:
 
 
 def _event(event: str, operation_ref: str, **fields: Any) -> None:
-    """One log line: ``event operation_ref key=value ...``, the same keys as ``extra``."""
+    """One log line: ``event operation_ref key=value ...``, the same keys as ``extra``;
+    nothing is built when INFO is off."""
+    if not log.isEnabledFor(logging.INFO):
+        return
     shown = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info(
         "%s %s %s",

@@ -32,11 +32,18 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def open_store(database_url: str) -> StepStore:
-    """A store on a new engine for this process."""
+def open_store(database_url: str, *, pre_ping: bool = True) -> StepStore:
+    """A store on a new engine for this process.
+
+    ``pre_ping=False`` saves a round trip per transaction: a connection that died while
+    pooled (a database restart) then fails its first statement, and the store's
+    infrastructure retry (``with_db_retry``) runs the transaction again on a fresh one,
+    which is safe because every write is a guarded compare-and-set. Only for processes
+    that use the engine through the store alone (a worker's pool processes).
+    """
     from toolsafe.recovery.db import make_engine
 
-    return StepStore(make_engine(database_url))
+    return StepStore(make_engine(database_url, pool_pre_ping=pre_ping))
 
 
 class Runtime:
@@ -58,6 +65,8 @@ class Runtime:
         self._feed: ChangeFeed | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
+        # A worker's pool process reaches the database through the store only: no ping.
+        self._pre_ping = True
         # Built once per tool: the settings never change, and this is on the hot path.
         self._policies: dict[str, Policy] = {}
         self.secret_box = SecretBox(settings.secret_keys) if settings.secret_keys else None
@@ -82,7 +91,7 @@ class Runtime:
             if self._pid != os.getpid():
                 self._forget_store()
             if self._store is None:
-                self._store = open_store(self.settings.database_url)
+                self._store = open_store(self.settings.database_url, pre_ping=self._pre_ping)
             return self._store
 
     @property
@@ -163,6 +172,8 @@ class Runtime:
 
 
 def reset_after_fork() -> None:
-    """Every runtime of this process forgets its parent's store (worker_process_init)."""
+    """Every runtime of this process forgets its parent's store (worker_process_init);
+    a pool process's new engine does not ping (``open_store``)."""
     for runtime in list(_RUNTIMES):
+        runtime._pre_ping = False
         runtime.after_fork()

@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "GatewayError": "toolsafe.gateway.client",
     "InvalidInput": "toolsafe.tasks.client",
     "WaitTimeout": "toolsafe.tasks.client",
+    "ToolCall": "toolsafe.tasks.client",
     "StepView": "toolsafe.tasks.views",
     "HistoryEntry": "toolsafe.tasks.views",
     "OperationRefConflict": "toolsafe.recovery.store",
@@ -97,6 +98,7 @@ __all__ = [
     "StepNotFound",
     "StepState",
     "StepView",
+    "ToolCall",
     "ToolError",
     "ToolSuccess",
     "ToolsafeError",
@@ -142,7 +144,7 @@ if TYPE_CHECKING:
     from toolsafe.settings import Settings, SettingsError
     from toolsafe.tasks.app import create_app
     from toolsafe.tasks.async_client import AsyncClient
-    from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
+    from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
     from toolsafe.tasks.views import HistoryEntry, StepView
 
 

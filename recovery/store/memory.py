@@ -15,8 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
-from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON, InvalidInput
+from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import (
@@ -34,6 +33,7 @@ from toolsafe.recovery.records import (
     CountSources,
     EventRecord,
     EventSummary,
+    NewStep,
     Recorded,
     StepRecord,
     StepSummary,
@@ -56,12 +56,13 @@ from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
 from toolsafe.recovery.store.sql import Change
 from toolsafe.recovery.store.steps import (
     CONCURRENT_CHANGE,
-    InvalidOperationRef,
     Jitter,
     OperationRefConflict,
     StepNotFound,
     Validator,
-    new_operation_ref,
+    check_repeat,
+    checked_submission,
+    in_batch,
 )
 from toolsafe.recovery.store.tables import Tables, counted_detail, document, utc
 
@@ -106,15 +107,7 @@ class MemoryStore(StepActions):
         returns the stored step (no event), or raises ``OperationRefConflict``. The input
         is stored as given; ``digest``, ``equivalent_hashes`` and ``same_input`` decide a
         repeat as in :meth:`StepStore.submit`."""
-        ref = operation_ref if operation_ref is not None else new_operation_ref()
-        if len(ref) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(ref):
-            raise InvalidOperationRef(ref)
-        if not isinstance(input, Mapping):
-            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
-        try:
-            digest = digest or input_hash(input)
-        except (TypeError, ValueError, RecursionError):
-            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+        ref, digest = checked_submission(tool, input, operation_ref, digest)
         max_attempts = policy.retry.max_attempts
         with self._tables.transaction():
             existing = self._tables.steps.get(ref)
@@ -124,15 +117,55 @@ class MemoryStore(StepActions):
                 )
         if existing is None:
             return created
-        if existing.tool != tool:
-            raise OperationRefConflict(ref, "tool")
-        if (
-            existing.input_hash != digest
-            and existing.input_hash not in equivalent_hashes
-            and not (same_input is not None and same_input(dict(existing.input)))
-        ):
-            raise OperationRefConflict(ref, "input")
+        check_repeat(ref, existing, tool, digest, equivalent_hashes, same_input)
         return Submitted(existing, None)
+
+    def submit_many(
+        self,
+        calls: Sequence[NewStep],
+        *,
+        now: datetime,
+        published_at: datetime | None = None,
+        actor: str | None = None,
+    ) -> list[Submitted]:
+        """``submit`` for many calls in one transaction, as :meth:`StepStore.submit_many`:
+        a refused call raises, naming it, and nothing of the batch is kept."""
+        checked: list[tuple[str, str]] = []
+        for index, call in enumerate(calls):
+            try:
+                checked.append(
+                    checked_submission(call.tool, call.input, call.operation_ref, call.digest)
+                )
+            except ToolsafeError as error:
+                in_batch(error, index)
+                raise
+        submitted: list[Submitted] = []
+        with self._tables.transaction():
+            for index, (call, (ref, digest)) in enumerate(zip(calls, checked, strict=True)):
+                existing = self._tables.steps.get(ref)
+                if existing is None:
+                    submitted.append(
+                        self._insert(
+                            call.tool,
+                            call.input,
+                            ref,
+                            digest,
+                            call.policy.retry.max_attempts,
+                            now,
+                            published_at,
+                            actor,
+                        )
+                    )
+                    continue
+                try:
+                    check_repeat(
+                        ref, existing, call.tool, digest, call.equivalent_hashes, call.same_input
+                    )
+                except OperationRefConflict as error:
+                    in_batch(error, index)
+                    raise
+                submitted.append(Submitted(existing, None))
+        return submitted
 
     def _insert(
         self,

@@ -39,6 +39,7 @@ from toolsafe.recovery.rows import (
     json_ready,
     outcome_detail,
     snapshot,
+    updated_record,
     verification_refusal,
 )
 from toolsafe.recovery.schema import step_events, steps
@@ -232,13 +233,20 @@ def _claim_fast_statement() -> Select[Any]:
         # Locked, so the prior state read here is the row's newest version: a claim that
         # waited on another transaction must not label its event with a stale state.
         .with_for_update()
-        .subquery("prior")
+        .cte("prior")
     )
     now = bindparam("now", type_=steps.c.updated_at.type)
     claim = (
         update(steps)
-        # The guard that ``execution_refusal`` evaluates in Python, compiled (R3).
-        .where(steps.c.id == prior.c.id, *EXECUTION.where(steps, now))
+        # By primary key: the row's id comes from the one-row ``prior`` CTE as a scalar,
+        # evaluated once. A join (``UPDATE … FROM prior``) let a generic plan scan every
+        # due step and look ``prior`` up once per step: a claim cost as many index scans
+        # as there were steps waiting.
+        .where(
+            steps.c.id == select(prior.c.id).scalar_subquery(),
+            # The guard that ``execution_refusal`` evaluates in Python, compiled (R3).
+            *EXECUTION.where(steps, now),
+        )
         .values(
             state=S.IN_FLIGHT.value,
             lease_owner=bindparam("owner"),
@@ -248,7 +256,7 @@ def _claim_fast_statement() -> Select[Any]:
             version=steps.c.version + 1,
             updated_at=now,
         )
-        .returning(*steps.c, prior.c.prior_state)
+        .returning(*steps.c, select(prior.c.prior_state).scalar_subquery().label("prior_state"))
     )
     return with_event(claim, _claim_event_columns)
 
@@ -383,8 +391,10 @@ def record(
     policy: Policy,
     now: datetime,
     rng: random.Random,
-) -> Decided | None:
-    """Decide on the outcome and write it, if the claim still holds.
+) -> tuple[StepRecord, Decision] | None:
+    """Decide on the outcome and write it, if the claim still holds; the step as
+    written (built from the claimed row and the values set: the statement returns only
+    what proves it matched).
 
     No SELECT first: the row as claimed is the row as it is, or the compare-and-set on
     its version (and lease owner) matches nothing and the lease was lost (R4, R5).
@@ -401,10 +411,12 @@ def record(
         decision.label,
         {**observed, **decision_detail(decision)},
     )
-    row = cas_update(conn, current, values, now, lease_owner=owner, change=change)
+    row = cas_update(conn, current, values, now, lease_owner=owner, change=change, slim=True)
     if row is None:
         return None
-    return row, decision
+    # ``published_at`` is bookkeeping written without a version: the row's, not the claim's.
+    written = {**values, "published_at": row.published_at}
+    return updated_record(current, written, now), decision
 
 
 def apply_action(

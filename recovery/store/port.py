@@ -19,6 +19,7 @@ from toolsafe.recovery.records import (
     CountSources,
     EventRecord,
     EventSummary,
+    NewStep,
     Recorded,
     StepRecord,
     StepSummary,
@@ -78,6 +79,20 @@ class StorePort(Protocol):
         ``input`` is stored as given (the client's canonical form); ``digest`` (its hash
         unless given), ``equivalent_hashes`` and ``same_input`` decide whether a repeat is
         the same call; ``actor`` (who submitted) goes into the ``submitted`` event."""
+        ...
+
+    def submit_many(
+        self,
+        calls: Sequence[NewStep],
+        *,
+        now: datetime,
+        published_at: datetime | None = None,
+        actor: str | None = None,
+    ) -> list[Submitted]:
+        """``submit`` for each call, in order, in ONE transaction (a ``Submitted`` per
+        call; a repeat within the batch is the step the earlier call made). A refused
+        call raises what ``submit`` would, with a note naming it, and nothing of the
+        batch is committed."""
         ...
 
     def get(self, operation_ref: str) -> StepRecord:

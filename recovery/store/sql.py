@@ -42,7 +42,11 @@ _BY_REF = select(steps).where(steps.c.operation_ref == bindparam("ref"))
 _BY_REF_LOCKED = _BY_REF.with_for_update()
 _BY_ID = select(steps).where(steps.c.id == bindparam("id"))
 _EVENT = insert(step_events)
-_CAS: dict[tuple[tuple[str, ...], bool, bool], Update | Select[Any]] = {}
+_CAS: dict[tuple[tuple[str, ...], bool, bool, bool], Update | Select[Any]] = {}
+# What a slim compare-and-set returns: enough to know it matched, to log its event and
+# to write an escalation notice, and ``published_at``, the one column written without a
+# new version (``mark_published``, the sweeper); the caller knows the rest of the row.
+_SLIM = (steps.c.id, steps.c.operation_ref, steps.c.state, steps.c.version, steps.c.published_at)
 ESCALATED: Final = StepState.ESCALATED.value
 _EVENT_COLUMNS = ("step_id", "operation_ref", "at", "kind", "from_state", "to_state", "label")
 
@@ -143,8 +147,10 @@ def with_event(
     )
 
 
-def _cas_statement(columns: tuple[str, ...], owned: bool, logged: bool) -> Update | Select[Any]:
-    key = (columns, owned, logged)
+def _cas_statement(
+    columns: tuple[str, ...], owned: bool, logged: bool, slim: bool = False
+) -> Update | Select[Any]:
+    key = (columns, owned, logged, slim)
     statement = _CAS.get(key)
     if statement is None:
         guard = [
@@ -165,7 +171,7 @@ def _cas_statement(columns: tuple[str, ...], owned: bool, logged: bool) -> Updat
                 version=steps.c.version + 1,
                 updated_at=bindparam("set_updated_at", type_=steps.c.updated_at.type),
             )
-            .returning(*steps.c)
+            .returning(*(_SLIM if slim else steps.c))
         )
         statement = with_event(change) if logged else change
         _CAS[key] = statement
@@ -180,11 +186,15 @@ def cas_update(
     *,
     lease_owner: str | None = None,
     change: Change | None = None,
+    slim: bool = False,
 ) -> Row[Any] | None:
     """``UPDATE … WHERE id AND state AND version [AND lease_owner]``; None when it lost.
 
     With ``change``, the event row is appended in the same transaction when the update
-    matched: on PostgreSQL in the same statement, elsewhere as a second one.
+    matched: on PostgreSQL in the same statement, elsewhere as a second one. ``slim``
+    returns only id, operation_ref, state, version and published_at (no JSON columns to
+    decode) for a caller that builds the new row from the one it had
+    (``rows.updated_record``).
     """
     columns = tuple(sorted(values))
     parameters = {f"set_{column}": values[column] for column in columns}
@@ -197,7 +207,7 @@ def cas_update(
     one_statement = change is not None and conn.dialect.name == "postgresql"
     if one_statement and change is not None:
         parameters.update(event_parameters(change, from_state, now))
-    statement = _cas_statement(columns, lease_owner is not None, one_statement)
+    statement = _cas_statement(columns, lease_owner is not None, one_statement, slim)
     moved = conn.execute(statement, parameters).first()
     if moved is not None and moved.state == ESCALATED and from_state != ESCALATED:
         # The notice the handlers are owed commits with the escalation, or neither does.

@@ -40,6 +40,7 @@ from toolsafe.recovery.records import (
     CountSources,
     EventRecord,
     EventSummary,
+    NewStep,
     Recorded,
     StepRecord,
     StepSummary,
@@ -55,6 +56,7 @@ from toolsafe.recovery.store import outbox as outbox
 from toolsafe.recovery.store import sql as sql
 from toolsafe.recovery.store import sweep as sweep
 from toolsafe.recovery.store.actions import StepActions
+from toolsafe.recovery.store.batch import insert_steps
 
 __all__ = [
     "CONCURRENT_CHANGE",
@@ -62,6 +64,7 @@ __all__ = [
     "EventRecord",
     "InvalidOperationRef",
     "Jitter",
+    "NewStep",
     "OperationRefConflict",
     "Recorded",
     "StepNotFound",
@@ -144,6 +147,46 @@ def valid_operation_ref(ref: object) -> bool:
 
 def new_operation_ref() -> str:
     return f"op_{uuid.uuid4().hex}"
+
+
+def checked_submission(
+    tool: str, input: object, operation_ref: str | None, digest: str | None
+) -> tuple[str, str]:
+    """The operation_ref (made when None) and input hash of a submission, or the error
+    ``submit`` raises for it: a malformed ref, an input that is not a JSON object."""
+    ref = operation_ref if operation_ref is not None else new_operation_ref()
+    if not valid_operation_ref(ref):
+        raise InvalidOperationRef(ref)
+    if not isinstance(input, Mapping):
+        raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+    try:
+        return ref, digest or input_hash(input)
+    except (TypeError, ValueError, RecursionError):
+        raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+
+
+def check_repeat(
+    ref: str,
+    existing: StepRecord | Row[Any],
+    tool: str,
+    digest: str,
+    equivalent_hashes: Collection[str],
+    same_input: Callable[[dict[str, Any]], bool] | None,
+) -> None:
+    """A repeat of ``ref`` must be the same call: ``OperationRefConflict`` otherwise (R2)."""
+    if existing.tool != tool:
+        raise OperationRefConflict(ref, "tool")
+    if (
+        existing.input_hash != digest
+        and existing.input_hash not in equivalent_hashes
+        and not (same_input is not None and same_input(dict(existing.input)))
+    ):
+        raise OperationRefConflict(ref, "input")
+
+
+def in_batch(error: BaseException, index: int) -> None:
+    """Note on ``error`` that call ``index`` of a batch raised it; nothing was submitted."""
+    error.add_note(f"call {index} of the batch (counting from 0); no call of it was submitted")
 
 
 T = TypeVar("T")
@@ -230,17 +273,7 @@ class StepStore(StepActions):
         matches, ``same_input`` may still recognise the stored input (a secret sealed
         under a key whose hash can no longer be computed). ``actor`` (who submitted) goes
         into the ``submitted`` event."""
-        ref = operation_ref if operation_ref is not None else new_operation_ref()
-        if not valid_operation_ref(ref):
-            raise InvalidOperationRef(ref)
-        if not isinstance(input, Mapping):
-            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
-        try:
-            digest = digest or input_hash(input)
-        except (TypeError, ValueError, RecursionError):
-            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
-
-        stored_hash = digest
+        ref, stored_hash = checked_submission(tool, input, operation_ref, digest)
 
         def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
             return ops.insert_step(
@@ -257,15 +290,54 @@ class StepStore(StepActions):
 
         row, event = self._write(work)
         if event is None:
-            if row.tool != tool:
-                raise OperationRefConflict(ref, "tool")
-            if (
-                row.input_hash != stored_hash
-                and row.input_hash not in equivalent_hashes
-                and not (same_input is not None and same_input(dict(row.input)))
-            ):
-                raise OperationRefConflict(ref, "input")
+            check_repeat(ref, row, tool, stored_hash, equivalent_hashes, same_input)
         return Submitted(step_record(row), event)
+
+    def submit_many(
+        self,
+        calls: Sequence[NewStep],
+        *,
+        now: datetime,
+        published_at: datetime | None = None,
+        actor: str | None = None,
+    ) -> list[Submitted]:
+        """``submit`` for many calls in ONE transaction, in order: each new step with its
+        ``submitted`` event, each repeat as the stored step (no event). The same rules as
+        ``submit`` for every call; a refused call (a bad ref or input, a conflict with a
+        stored step or an earlier call of the batch) raises with a note naming it, and
+        then nothing of the batch is committed."""
+        checked: list[tuple[str, str]] = []
+        for index, call in enumerate(calls):
+            try:
+                checked.append(
+                    checked_submission(call.tool, call.input, call.operation_ref, call.digest)
+                )
+            except ToolsafeError as error:
+                in_batch(error, index)
+                raise
+        if not checked:
+            return []
+
+        batch = [(call, ref, digest) for call, (ref, digest) in zip(calls, checked, strict=True)]
+
+        def work(conn: Connection) -> list[Submitted]:
+            inserted = insert_steps(conn, batch, now=now, published_at=published_at, actor=actor)
+            submitted: list[Submitted] = []
+            for index, ((call, ref, digest), (row, event)) in enumerate(
+                zip(batch, inserted, strict=True)
+            ):
+                if event is None:
+                    try:
+                        check_repeat(
+                            ref, row, call.tool, digest, call.equivalent_hashes, call.same_input
+                        )
+                    except OperationRefConflict as error:
+                        in_batch(error, index)
+                        raise
+                submitted.append(Submitted(step_record(row), event))
+            return submitted
+
+        return self._write(work)
 
     def get(self, operation_ref: str) -> StepRecord:
         if not valid_operation_ref(operation_ref):
@@ -381,7 +453,7 @@ class StepStore(StepActions):
                 rng=rng,
             )
         )
-        return None if decided is None else Recorded(step_record(decided[0]), decided[1])
+        return None if decided is None else Recorded(*decided)
 
     # -------------------------------------------------------------- leases
 

@@ -54,6 +54,23 @@ def test_profile_step_times_the_three_bodies(pg_url: str, redis_url: str) -> Non
     assert "worker side: toolsafe" in out
 
 
+def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark("submit_cost", pg_url, redis_url, "--calls", "20", "--batch", "10")
+    assert "submit_many (batches of 10)" in out
+    assert "submit / plain send_task" in out and "submit_many from one thread" in out
+    assert out.count(" met") + out.count("NOT met") >= 2
+
+
+@pytest.mark.slow
+def test_eta_memory_measures_both_backlogs(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "eta_memory", pg_url, redis_url, "--sizes", "20,60", "--due-timeout", "20"
+    )  # fmt: skip
+    assert "backlog      20: worker RSS" in out and "backlog      60: worker RSS" in out
+    # Below the worker's ETA limit nothing stalls: the due step succeeds.
+    assert "RSS growth 20 -> 60 waiting" in out and "still waiting" not in out
+
+
 @pytest.mark.slow
 def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str) -> None:
     out = run_benchmark("throughput", pg_url, redis_url, "--steps", "20", "--warmup", "2")
@@ -61,6 +78,7 @@ def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str
         assert label in out
     assert "vs plain Celery, INSERT / call / UPDATE:\n    e2e" in out
     assert "db CPU" in out
+    assert "worker drain" in out and "(target >= 1.0x)" in out
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from tests.support.recovery.store_support import create_step
-from toolsafe.harness import flush_broker
+from toolsafe.harness import flush_broker, kill_db_connections
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepStore
 from toolsafe.tasks.faults import fired, write_plan
@@ -36,6 +36,24 @@ def crash_cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[C
 def cluster(crash_cluster: Cluster) -> Iterator[Cluster]:
     yield crash_cluster
     crash_cluster.stop_workers()
+
+
+def test_dead_database_connections_are_replaced_on_first_use(cluster: Cluster) -> None:
+    # Pool processes do not ping a pooled connection before each transaction: one that
+    # died (a database restart, a killed backend) fails its first statement, and the
+    # store's infrastructure retry runs the transaction again on a fresh connection.
+    cluster.start_worker("pingless", concurrency=1, beat=False)
+    warm = new_ref("crash/warm")
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=warm)
+    assert cluster.client.wait(warm, timeout=20).state is S.SUCCEEDED
+    assert kill_db_connections(cluster.settings.database_url) >= 1
+    ref = new_ref("crash/dead-connection")
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    view = cluster.client.wait(ref, timeout=20)
+    assert view.state is S.SUCCEEDED and view.attempts == 1, cluster.logs()
+    assert cluster.effects(ref) == 1
+    # The worker met the dead connection itself (no ping replaced it first).
+    assert "database connection lost; retrying" in cluster.workers[-1].text()
 
 
 def test_sigkill_while_the_downstream_holds_a_stored_write(cluster: Cluster) -> None:

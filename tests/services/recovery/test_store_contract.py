@@ -133,7 +133,7 @@ PORT_METHODS = sorted(
 @pytest.mark.parametrize("implementation", [StepStore, MemoryStore])
 def test_every_implementation_has_the_ports_signatures(implementation: type[Any]) -> None:
     # mypy checks the fixture's annotation; this also holds parameter names and defaults.
-    assert len(PORT_METHODS) == 20
+    assert len(PORT_METHODS) == 21
     for name in PORT_METHODS:
         port = inspect.signature(getattr(StorePort, name))
         found = inspect.signature(getattr(implementation, name))
@@ -463,6 +463,19 @@ def test_record_correct_input_keeps_flagged_fields_and_fingerprint(store: StoreP
     assert step.state is S.NEEDS_INPUT and step.flagged_fields == ("recipient_email",)
     assert step.fingerprint is not None and step.fingerprint_repeats == 1
     assert step.max_attempts == 2 and step.due_at is None
+    # The record a worker gets back is the row as stored (no read-back needed).
+    assert store.get(REF) == step
+
+
+def test_record_gives_back_the_row_as_stored_after_a_publish_stamp(store: StorePort) -> None:
+    # ``mark_published`` writes without a new version: the record must still be the row.
+    claim = claimed(store)
+    store.mark_published(REF, T0 + MINUTE)
+    recorded = store.record(
+        claim, Executed(success(REF)), traits=WRITE, policy=POLICY, now=T0, rng=rng()
+    )
+    assert recorded is not None and recorded.step.published_at == T0 + MINUTE
+    assert store.get(REF) == recorded.step
 
 
 def test_record_after_the_lease_was_lost_writes_nothing(store: StorePort) -> None:
@@ -507,6 +520,7 @@ def test_record_lookup_results(
     )
     assert recorded is not None and recorded.step.state is state
     assert recorded.step.lease_owner is None and recorded.step.attempts == 1
+    assert store.get(REF) == recorded.step
     event = store.events(REF)[-1]
     assert event.kind == "looked_up" and "result" not in event.detail["lookup"]
     if isinstance(result, LookupFound):

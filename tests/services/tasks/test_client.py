@@ -3,11 +3,13 @@ its views show only safe fields. Real PostgreSQL and Redis; no worker consumes."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -19,7 +21,8 @@ from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound, StepStore
-from toolsafe.tasks.client import Client, InvalidInput, WaitTimeout
+from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS, safe_detail, safe_envelope
 
@@ -110,6 +113,55 @@ def test_submit_refuses_clearly(cluster: Cluster, redis_url: str) -> None:
     assert cluster.client.view(ref).state is StepState.PENDING
     with pytest.raises(StepNotFound):
         cluster.client.view("no/such/step")
+
+
+def test_submit_many_commits_then_publishes_one_hint_per_new_step(
+    cluster: Cluster, redis_url: str
+) -> None:
+    refs = [new_ref(f"client/many/{i}") for i in range(3)]
+    old = new_ref("client/many/old")
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=old)
+    calls = [
+        ToolCall("create_invoice", {**INVOICE, "amount_cents": i + 1}, ref)
+        for i, ref in enumerate(refs)
+    ]
+    done = cluster.client.submit_many([*calls, ("create_invoice", dict(INVOICE), old), calls[0]])
+    assert [one.created for one in done] == [True, True, True, False, False]
+    assert [one.view.operation_ref for one in done] == [*refs, old, refs[0]]
+    assert all(one.view.state is StepState.PENDING for one in done)
+    assert [one.view.history[0].kind for one in done[:3]] == ["submitted"] * 3
+    # One hint per new step; a repeat (stored before, or earlier in the batch) publishes none.
+    assert [_queued(redis_url, ref) for ref in (*refs, old)] == [1, 1, 1, 1]
+    store = cluster.client.runtime.store
+    assert all(store.get(ref).published_at is not None for ref in refs)
+    # The async client's is the same call.
+    more = new_ref("client/many/async")
+    [made] = asyncio.run(
+        AsyncClient(cluster.client).submit_many([("create_invoice", INVOICE, more)])
+    )
+    assert made.created and _queued(redis_url, more) == 1
+
+
+def test_submit_many_refuses_a_bad_call_and_commits_nothing(
+    cluster: Cluster, redis_url: str
+) -> None:
+    good = new_ref("client/many/good")
+    held = new_ref("client/many/held")
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=held)
+    first = ("create_invoice", INVOICE, good)
+    bad_calls: list[tuple[tuple[Any, ...], type[Exception]]] = [
+        (("make_coffee", INVOICE, None), UnknownToolError),
+        (("create_invoice", {**INVOICE, "amount_cents": -5}), InvalidInput),
+        (("create_invoice", {**INVOICE, "amount_cents": 9}, held), OperationRefConflict),
+    ]
+    for bad, error in bad_calls:
+        with pytest.raises(error) as raised:
+            cluster.client.submit_many([first, bad])
+        assert any("call 1 of the batch" in note for note in raised.value.__notes__)
+        with pytest.raises(StepNotFound):
+            cluster.client.view(good)
+        assert _queued(redis_url, good) == 0
+    assert len(cluster.client.runtime.store.events(held)) == 1
 
 
 def test_wait_times_out_with_the_state(cluster: Cluster) -> None:

@@ -4,10 +4,16 @@ allow-listed details and the log filter."""
 from __future__ import annotations
 
 import logging
+import unicodedata
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tests.support.adapters.hostile_corpus import CONTROL, HTML, INJECTIONS, SECRETS, TRACES
 from toolsafe.adapters.redaction import (
+    _DROP_CATEGORIES,
+    _INSTRUCTION_PATTERNS,
     RedactingFilter,
     clean_text,
     find_secrets,
@@ -150,3 +156,44 @@ def test_log_filter_caps_lines() -> None:
     record = logging.LogRecord("t", logging.INFO, __file__, 1, "x" * 10_000, None, None)
     RedactingFilter(limit=100).filter(record)
     assert len(record.getMessage()) == 100
+
+
+# ---------------------------------------------------------------- the fast paths agree
+
+
+def _clean_text_by_the_book(text: str, limit: int) -> str:
+    """``clean_text`` without its printable-ASCII shortcut."""
+    text = unicodedata.normalize("NFKC", text[: limit * 2])
+    kept = [
+        " " if char in "\t\n\r" else char
+        for char in text
+        if char in "\t\n\r" or unicodedata.category(char) not in _DROP_CATEGORIES
+    ]
+    return " ".join("".join(kept).split())[:limit]
+
+
+CORPUS_TEXTS = [sample.text for sample in [*SECRETS, *INJECTIONS, *HTML, *TRACES, *CONTROL]]
+
+
+@pytest.mark.parametrize("text", CORPUS_TEXTS)
+def test_the_shortcuts_agree_with_the_full_scans_on_the_corpus(text: str) -> None:
+    cleaned = clean_text(text)
+    assert cleaned == _clean_text_by_the_book(text, 65_536)
+    assert looks_like_instructions(text) == any(
+        pattern.search(clean_text(text).casefold()) for pattern in _INSTRUCTION_PATTERNS
+    )
+
+
+@given(st.text(max_size=300), st.integers(min_value=1, max_value=400))
+def test_clean_text_shortcut_agrees_with_the_full_clean_up(text: str, limit: int) -> None:
+    assert clean_text(text, limit) == _clean_text_by_the_book(text, limit)
+
+
+def test_the_log_filter_scrubs_a_repeated_field_the_same_way_every_time() -> None:
+    secret = "sk_live_" + "a1B2c3D4e5F6g7H8"
+    for _ in range(3):
+        record = logging.LogRecord("t", logging.INFO, "p", 1, "token %s", (secret,), None)
+        setattr(record, "token", secret)  # noqa: B010 - an extra, as ``extra=`` sets it
+        RedactingFilter().filter(record)
+        assert secret not in record.msg and secret not in getattr(record, "token", "")
+        assert "[REDACTED:stripe_key]" in getattr(record, "token", "")
