@@ -15,7 +15,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import (
@@ -61,6 +60,7 @@ from toolsafe.recovery.store.steps import (
     StepNotFound,
     Validator,
     check_repeat,
+    checked_batch,
     checked_submission,
     in_batch,
 )
@@ -130,15 +130,7 @@ class MemoryStore(StepActions):
     ) -> list[Submitted]:
         """``submit`` for many calls in one transaction, as :meth:`StepStore.submit_many`:
         a refused call raises, naming it, and nothing of the batch is kept."""
-        checked: list[tuple[str, str]] = []
-        for index, call in enumerate(calls):
-            try:
-                checked.append(
-                    checked_submission(call.tool, call.input, call.operation_ref, call.digest)
-                )
-            except ToolsafeError as error:
-                in_batch(error, index)
-                raise
+        checked = checked_batch(calls)
         submitted: list[Submitted] = []
         with self._tables.transaction():
             for index, (call, (ref, digest)) in enumerate(zip(calls, checked, strict=True)):

@@ -189,6 +189,21 @@ def in_batch(error: BaseException, index: int) -> None:
     error.add_note(f"call {index} of the batch (counting from 0); no call of it was submitted")
 
 
+def checked_batch(calls: Sequence[NewStep]) -> list[tuple[str, str]]:
+    """``checked_submission`` of each call of a batch; a refused call raises with a note
+    naming it (``in_batch``)."""
+    checked: list[tuple[str, str]] = []
+    for index, call in enumerate(calls):
+        try:
+            checked.append(
+                checked_submission(call.tool, call.input, call.operation_ref, call.digest)
+            )
+        except ToolsafeError as error:
+            in_batch(error, index)
+            raise
+    return checked
+
+
 T = TypeVar("T")
 
 _BATCH: Final = 5_000
@@ -306,15 +321,7 @@ class StepStore(StepActions):
         ``submit`` for every call; a refused call (a bad ref or input, a conflict with a
         stored step or an earlier call of the batch) raises with a note naming it, and
         then nothing of the batch is committed."""
-        checked: list[tuple[str, str]] = []
-        for index, call in enumerate(calls):
-            try:
-                checked.append(
-                    checked_submission(call.tool, call.input, call.operation_ref, call.digest)
-                )
-            except ToolsafeError as error:
-                in_batch(error, index)
-                raise
+        checked = checked_batch(calls)
         if not checked:
             return []
 

@@ -23,7 +23,7 @@ import socket
 import sqlite3
 import sqlite3.dbapi2
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import PurePath
 from typing import Any, Final, NoReturn
 
@@ -140,3 +140,35 @@ def no_processes() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         _refuse_spawns(patch, "services", allowed=SERVER_PROGRAMS)
         yield
+
+
+Hook = Callable[..., Generator[None, None, None]]
+
+
+def guarded_phases(
+    guard: Callable[[], contextlib.AbstractContextManager[None]],
+) -> tuple[Hook, Hook, Hook]:
+    """The runtest hooks of a folder's conftest (setup, call, teardown), each under
+    ``guard()``; the session's own fixtures (its databases) are finalized at the last
+    test's teardown, outside the guard. A conftest assigns them to its
+    ``pytest_runtest_setup``, ``pytest_runtest_call`` and ``pytest_runtest_teardown``,
+    so they apply to that folder only."""
+
+    @pytest.hookimpl(wrapper=True)
+    def setup(item: pytest.Item) -> Generator[None, None, None]:
+        with guard():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def call(item: pytest.Item) -> Generator[None, None, None]:
+        with guard():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+        if nextitem is None:  # the session ends here: its fixtures are finalized
+            return (yield)
+        with guard():
+            return (yield)
+
+    return setup, call, teardown
