@@ -84,10 +84,12 @@ def anthropic_ref(tool_use_id: str, conversation_id: str, namespace: str | None 
     return operation_ref_for("anthropic", conversation_id, tool_use_id, namespace)
 
 
-def pydantic_ai_ref(tool_call_id: str, run_id: str, namespace: str | None = None) -> str:
-    """Pydantic AI: ``RunContext.tool_call_id``, scoped by the run (some models number
-    their calls per run, so the scope is what makes the ref unique)."""
-    return operation_ref_for("pydantic_ai", run_id, tool_call_id, namespace)
+def pydantic_ai_ref(tool_call_id: str, scope: str, namespace: str | None = None) -> str:
+    """Pydantic AI: ``RunContext.tool_call_id``, scoped by the conversation
+    (``RunContext.conversation_id``, else the run id): a run resumed from deferred
+    results gets a new run id but keeps its conversation, and some models number their
+    calls per run, so the scope is what makes the ref unique."""
+    return operation_ref_for("pydantic_ai", scope, tool_call_id, namespace)
 
 
 def langgraph_ref(tool_call_id: str, thread_id: str, namespace: str | None = None) -> str:
