@@ -31,7 +31,7 @@ from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.store import Recorded, StepRecord
-from toolsafe.recovery.store.steps import in_batch
+from toolsafe.recovery.store.submission import in_batch
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app

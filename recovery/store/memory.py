@@ -59,6 +59,8 @@ from toolsafe.recovery.store.steps import (
     OperationRefConflict,
     StepNotFound,
     Validator,
+)
+from toolsafe.recovery.store.submission import (
     check_repeat,
     checked_batch,
     checked_submission,
