@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from toolsafe.adapters.envelope import COMMIT_STATES
-from toolsafe.recovery.states import LEASED, WORK_STATES, StepState
+from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES, StepState
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -80,6 +80,9 @@ STATE_CHECK: Final = _in_list("state", STATE_VALUES)
 # PostgreSQL can match them to the partial indexes even under a generic plan.
 WORK_STATE_PREDICATE: Final = _in_list("state", WORK_STATE_VALUES)
 LEASED_STATE_PREDICATE: Final = _in_list("state", LEASED_STATE_VALUES)
+# Steps whose due_at is a not_before (DUE_LATER): where a delay is parked until released.
+PARKED_STATE_VALUES: Final = tuple(state.value for state in StepState if state in DUE_LATER)
+PARKED_STATE_PREDICATE: Final = _in_list("state", PARKED_STATE_VALUES)
 COMMIT_STATE_CHECK: Final = f"commit_state IS NULL OR {_in_list('commit_state', COMMIT_STATES)}"
 
 NAMING: Final = {
@@ -136,6 +139,13 @@ class Step(Base):
             "ix_steps_due_work",
             "due_at",
             postgresql_where=text(WORK_STATE_PREDICATE),
+        ).ddl_if(dialect="postgresql"),
+        # The release timer's query (parked delays by due time): small, as only waiting
+        # steps are in it. SQLite reads ix_steps_state_due_at for it.
+        Index(
+            "ix_steps_parked",
+            "due_at",
+            postgresql_where=text(PARKED_STATE_PREDICATE),
         ).ddl_if(dialect="postgresql"),
         Index(
             "ix_steps_leases",

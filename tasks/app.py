@@ -42,6 +42,7 @@ from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.logs import JsonFormatter
+from toolsafe.tasks.release import ReleaseTimer
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
 from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nudge
 
@@ -61,7 +62,8 @@ _PUBLISH_BATCH = 200
 
 
 class Publisher:
-    """Publishes hints; an ETA only below ``max_eta`` (R6), jittered so retries spread."""
+    """Publishes hints; an ETA only up to ``max_eta`` (R6), jittered so retries spread.
+    A longer delay is not published: the release timer sends it later (``release``)."""
 
     def __init__(self, app: Any, settings: Settings) -> None:
         self.app = app
@@ -70,7 +72,8 @@ class Publisher:
         self._rng: random.Random = random.SystemRandom()
 
     def eta_for(self, due_at: datetime | None, now: datetime) -> tuple[bool, datetime | None]:
-        """(publish now?, eta): due → no ETA; within the bound → ETA; beyond → sweeper."""
+        """(publish now?, eta): due → no ETA; within ``max_eta`` → ETA; beyond → not
+        now: the delay stays parked in the store until the release timer sends it."""
         if due_at is None or due_at <= now:
             return True, None
         wait = (due_at - now).total_seconds()
@@ -152,6 +155,7 @@ class ToolsafeApp(Celery):  # type: ignore[misc]
         self.runtime = Runtime(settings)
         self.publisher = Publisher(self, settings)
         self._handlers: list[tuple[str, Handler]] | None = None
+        self.release_timer: ReleaseTimer | None = None  # in beat's process only
 
     @property
     def settings(self) -> Settings:
@@ -243,10 +247,14 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
     worker_ready.connect(watch_children, weak=False, dispatch_uid=f"toolsafe-watch-{id(app)}")
 
     def quiet_beat(sender: Any = None, **_: Any) -> None:
-        # Beat publishes only sweeps: no task-sent event for them (Flower would list
-        # each as a task). The workers' own hints keep theirs.
+        # Beat publishes sweeps and released delays: no task-sent event for them (Flower
+        # would list each sweep as a task; a released hint shows when a worker takes it).
+        # The workers' own hints keep theirs. The release timer runs here, beside the
+        # schedule of sweeps (tasks/release.py).
         if getattr(sender, "app", None) is app:
             app.conf.task_send_sent_event = False
+            app.release_timer = ReleaseTimer(app.runtime, app.publisher)
+            app.release_timer.start()
 
     beat_init.connect(quiet_beat, weak=False, dispatch_uid=f"toolsafe-beat-{id(app)}")
     return app

@@ -143,7 +143,8 @@ def carry_out(
             arrives = due_at if due_at is not None and due_at > now else now
             runtime.store.mark_published(ref, arrives)
         else:
-            _event("left_to_sweeper", ref, due_at=str(due_at))
+            # Due beyond max_eta: parked in the store, released by the release timer.
+            _event("parked", ref, due_at=str(due_at))
     elif decision.action == "escalate":
         faults.hit("before_publish", ref)
         hints.escalation(ref, tool=recorded.step.tool)
@@ -395,7 +396,39 @@ def sweep(
     for notice in resend:
         hints.escalation(notice.operation_ref)
         _event("escalation_resent", notice.operation_ref, sends=notice.sends)
-    counts = {"expired": len(expired), "republished": len(due), "notices_resent": len(resend)}
-    if expired or due or resend:
+    # The release timer's work too, in case beat runs without it (tasks/release.py).
+    released = release(runtime, hints, now)
+    counts = {
+        "expired": len(expired),
+        "republished": len(due),
+        "released": released,
+        "notices_resent": len(resend),
+    }
+    if expired or due or resend or released:
         log.info("sweep %s", counts, extra={"event": "sweep", **counts})
     return counts
+
+
+def release(runtime: Runtime, hints: Hints, now: datetime) -> int:
+    """Parked delays out to the broker: the hints of waiting steps due within
+    ``TOOLSAFE_MAX_ETA``, each with its due time as ETA (R6); returns how many went out.
+
+    A delay longer than ``max_eta`` is not published when it is decided
+    (``carry_out``); the step waits in the store, and this publishes its hint ``max_eta``
+    before it falls due, so it reaches a worker ahead of time and runs at ``due_at`` as
+    precisely as any ETA message, while workers hold no more of the future than
+    ``max_eta``. A hint lost after its release is re-published by ``due_work``.
+    """
+    settings = runtime.settings
+    horizon = now + timedelta(seconds=settings.max_eta)
+    released = 0
+    while True:
+        batch = runtime.store.release_parked(now, horizon, limit=settings.sweep_batch)
+        for step in batch:
+            if step.state is StepState.VERIFYING:
+                hints.verify(step.operation_ref, step.due_at, now, tool=step.tool)
+            else:
+                hints.execute(step.operation_ref, step.due_at, now, tool=step.tool)
+        released += len(batch)
+        if len(batch) < settings.sweep_batch:
+            return released

@@ -137,8 +137,10 @@ class Settings:
     sweep_batch: int = 500
     # A due step whose hint went out this long ago without effect is published again.
     republish_after: float = 30.0
-    # The longest ETA the pipeline publishes; later work waits for the sweeper (R6).
-    max_eta: float = 600.0
+    # The longest ETA the pipeline publishes. A longer delay is parked in the store and
+    # released this long before it falls due by the release timer (tasks/release.py), so
+    # a worker holds at most this much of the future as ETA messages (R6).
+    max_eta: float = 10.0
     eta_jitter: float = 0.1
     visibility_timeout: float = 3600.0
     worker_eta_task_limit: int = 1000
@@ -317,7 +319,7 @@ def _read(reader: Reader) -> Settings:
         sweep_interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", 5.0),
         sweep_batch=reader.integer("TOOLSAFE_SWEEP_BATCH", 500),
         republish_after=reader.number("TOOLSAFE_REPUBLISH_AFTER", 30.0),
-        max_eta=reader.number("TOOLSAFE_MAX_ETA", 600.0),
+        max_eta=reader.number("TOOLSAFE_MAX_ETA", 10.0),
         eta_jitter=reader.number("TOOLSAFE_ETA_JITTER", 0.1),
         visibility_timeout=reader.number("TOOLSAFE_VISIBILITY_TIMEOUT", 3600.0),
         worker_eta_task_limit=reader.integer("TOOLSAFE_WORKER_ETA_TASK_LIMIT", 1000),

@@ -47,7 +47,7 @@ from toolsafe.recovery.rows import (
     snapshot,
     verification_refusal,
 )
-from toolsafe.recovery.states import LABELS, LEASED, WORK_STATES, StepState
+from toolsafe.recovery.states import DUE_LATER, LABELS, LEASED, WORK_STATES, StepState
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.feed import MemoryFeed
 from toolsafe.recovery.store.memory_outbox import MemoryOutbox
@@ -483,6 +483,27 @@ class MemoryStore(StepActions):
                 key=lambda step: (step.due_at, step.id),
             )
             marked = [replace(step, published_at=stamp) for step in due[: max(limit, 0)]]
+            for step in marked:
+                self._tables.put(step)  # bookkeeping: no version, no event
+        return marked
+
+    def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
+        if horizon < now:
+            raise ValueError("horizon must not be before now")
+        with self._tables.transaction():
+            due = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in DUE_LATER
+                    and step.due_at is not None
+                    and step.due_at <= horizon
+                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                    and (step.published_at is None or step.published_at < step.due_at)
+                ),
+                key=lambda step: (step.due_at, step.id),
+            )
+            marked = [replace(step, published_at=step.due_at) for step in due[: max(limit, 0)]]
             for step in marked:
                 self._tables.put(step)  # bookkeeping: no version, no event
         return marked

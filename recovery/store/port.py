@@ -195,6 +195,12 @@ class StorePort(Protocol):
         at ``now``; each step to one caller however many sweep at once (R7)."""
         ...
 
+    def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
+        """Waiting steps (``waiting_retry``, ``verifying``), unleased, due by ``horizon``,
+        whose hint for their due time has not gone out, marked published at their due
+        time; each step to one caller however many release at once (the release timer)."""
+        ...
+
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's hint went out at ``now`` (no version, no event); ``StepNotFound``."""
         ...

@@ -415,6 +415,16 @@ class StepStore(StepActions):
         )
         return [step_record(row) for row in rows]
 
+    def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
+        """Parked delays due by ``horizon``, marked published at their due time (the
+        release timer, ``tasks/release.py``). ``FOR UPDATE SKIP LOCKED`` on PostgreSQL."""
+        if horizon < now:
+            raise ValueError("horizon must not be before now")
+        rows = self._write(
+            lambda conn: sweep.release_parked(conn, now=now, horizon=horizon, limit=limit)
+        )
+        return [step_record(row) for row in rows]
+
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
         parameters = {"ref": operation_ref, "published_at": now}

@@ -1,5 +1,6 @@
-"""The sweeper's statements (R4, R7): expired leases through ``decide``, and due work
-handed out once however many sweepers run at the same time."""
+"""The sweeper's statements (R4, R7): expired leases through ``decide``, due work handed
+out once however many sweepers run at the same time, and parked delays released a
+lookahead before they fall due."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import LeaseExpired
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
-from toolsafe.recovery.schema import LEASED_STATE_PREDICATE, WORK_STATE_PREDICATE, steps
+from toolsafe.recovery.schema import (
+    LEASED_STATE_PREDICATE,
+    PARKED_STATE_PREDICATE,
+    WORK_STATE_PREDICATE,
+    steps,
+)
 from toolsafe.recovery.store.ops import Decided
 from toolsafe.recovery.store.sql import Change, cas_update
 
@@ -115,6 +121,43 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
         update(steps)
         .where(steps.c.id.in_(select(chosen.c.id)), guard)
         .values(published_at=now)
+        .returning(*steps.c)
+    )
+    rows = conn.execute(statement).all()
+    return sorted(rows, key=lambda row: (row.due_at, row.id))
+
+
+def release_parked(
+    conn: Connection, *, now: datetime, horizon: datetime, limit: int
+) -> list[Row[Any]]:
+    """Waiting steps (``waiting_retry``, ``verifying``) due by ``horizon`` whose hint for
+    that due time is not out yet, marked published at their ``due_at``.
+
+    A step's ``published_at`` is the time its latest hint arrives (``carry_out`` stamps
+    an ETA hint with its due time), so ``published_at < due_at`` says no hint for this
+    due time has gone out: the delay is parked here, not in the broker. Stamping
+    ``due_at`` makes ``due_work``'s rule (re-publish ``republish_after`` past the
+    stamp) cover a released hint that gets lost. Same shape as ``due_work``: locked
+    candidates, then a compare-and-set on the same guard, so two releasers never both
+    return a step.
+    """
+    guard = and_(
+        text(PARKED_STATE_PREDICATE),
+        steps.c.due_at <= horizon,
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+        or_(steps.c.published_at.is_(None), steps.c.published_at < steps.c.due_at),
+    )
+    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        candidates = candidates.with_for_update(skip_locked=True)
+    chosen = candidates.cte("parked_candidates")
+    if postgres:
+        chosen = chosen.prefix_with("MATERIALIZED")
+    statement = (
+        update(steps)
+        .where(steps.c.id.in_(select(chosen.c.id)), guard)
+        .values(published_at=steps.c.due_at)
         .returning(*steps.c)
     )
     rows = conn.execute(statement).all()

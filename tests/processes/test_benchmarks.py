@@ -64,11 +64,15 @@ def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
 @pytest.mark.slow
 def test_eta_memory_measures_both_backlogs(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
-        "eta_memory", pg_url, redis_url, "--sizes", "20,60", "--due-timeout", "20"
+        "eta_memory", pg_url, redis_url, "--sizes", "20,60", "--modes", "parked",
+        "--due-timeout", "20",
     )  # fmt: skip
-    assert "backlog      20: worker RSS" in out and "backlog      60: worker RSS" in out
-    # Below the worker's ETA limit nothing stalls: the due step succeeds.
-    assert "RSS growth 20 -> 60 waiting" in out and "still waiting" not in out
+    assert (
+        "parked backlog      20: worker RSS" in out and "parked backlog      60: worker RSS" in out
+    )
+    # Parked 300 s ahead: nothing released, nothing held, and the due step succeeds.
+    assert "60: worker RSS" in out and " 0 hints released, 0 held by the worker" in out
+    assert "parked: RSS growth 20 -> 60 waiting" in out and "still waiting" not in out
 
 
 @pytest.mark.slow

@@ -140,7 +140,7 @@ def test_execute_a_short_retry_publishes_it_with_its_due_time(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
     submit(runtime)
-    adapter.answers.append(retry_in(20))
+    adapter.answers.append(retry_in(SETTINGS.max_eta / 2))
     assert pipeline.execute(runtime, hints, REF) == "run"
     step = store.get(REF)
     assert step.state is S.WAITING_RETRY and step.due_at is not None
@@ -151,15 +151,29 @@ def test_execute_a_short_retry_publishes_it_with_its_due_time(
     assert store.events(REF)[-1].detail["reason"] == "not_due" and len(adapter.calls) == 1
 
 
-def test_execute_a_retry_beyond_max_eta_is_left_to_the_sweeper(
+def test_execute_a_retry_beyond_max_eta_is_parked_until_the_release(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
     submit(runtime)
     adapter.answers.append(retry_in(SETTINGS.max_eta + 100))
     assert pipeline.execute(runtime, hints, REF) == "run"
     step = store.get(REF)
-    assert step.state is S.WAITING_RETRY and hints.take() == []
-    assert step.published_at is None  # nothing went out: due_work will hand it out when due
+    assert step.state is S.WAITING_RETRY and step.due_at is not None and hints.take() == []
+    assert step.published_at is None  # nothing went out: the delay is parked in the store
+    lookahead = timedelta(seconds=SETTINGS.max_eta)
+    # Too early: nothing is released before the due time comes within max_eta.
+    assert pipeline.release(runtime, hints, step.due_at - lookahead - timedelta(seconds=1)) == 0
+    assert hints.take() == []
+    # max_eta ahead: its hint goes out with the due time as ETA, once.
+    released_at = step.due_at - lookahead
+    assert pipeline.release(runtime, hints, released_at) == 1
+    assert hints.take() == [Hint("execute", REF, step.due_at)]
+    assert store.get(REF).published_at == step.due_at
+    assert pipeline.release(runtime, hints, released_at + timedelta(seconds=1)) == 0
+    assert hints.take() == []
+    # The hint got lost: due_work re-publishes it republish_after past the due time.
+    late = step.due_at + timedelta(seconds=SETTINGS.republish_after + 1)
+    assert [s.operation_ref for s in store.due_work(late, 10, timedelta(seconds=30))] == [REF]
 
 
 def test_execute_correctable_input_waits_for_the_agent(
@@ -393,7 +407,7 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     submit(runtime, "lost")  # committed, its hint never went out
     verifying_since(runtime, "unchecked")
     counts = pipeline.sweep(runtime, hints)
-    assert counts == {"expired": 1, "republished": 2, "notices_resent": 0}
+    assert counts == {"expired": 1, "republished": 2, "released": 0, "notices_resent": 0}
     crashed = store.get("crashed")
     assert (crashed.state, crashed.commit_state) == (S.VERIFYING, "unknown")
     sent = hints.take()
@@ -404,7 +418,12 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     ]
     assert store.get("lost").published_at is not None
     # Just republished: the next sweep leaves them alone.
-    assert pipeline.sweep(runtime, hints) == {"expired": 0, "republished": 0, "notices_resent": 0}
+    assert pipeline.sweep(runtime, hints) == {
+        "expired": 0,
+        "republished": 0,
+        "released": 0,
+        "notices_resent": 0,
+    }
     assert hints.take() == []
 
 
@@ -414,8 +433,8 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
     submit(runtime, "lost")
     backlog = SETTINGS.sweep_batch + 1
     deferred = pipeline.sweep(runtime, hints, lambda: backlog)
-    assert deferred == {"expired": 0, "republished": 0, "notices_resent": 0}
+    assert deferred == {"expired": 0, "republished": 0, "released": 0, "notices_resent": 0}
     assert hints.take() == [] and store.get("lost").published_at is None
     resumed = pipeline.sweep(runtime, hints, lambda: None)
-    assert resumed == {"expired": 0, "republished": 1, "notices_resent": 0}
+    assert resumed == {"expired": 0, "republished": 1, "released": 0, "notices_resent": 0}
     assert hints.take() == [Hint("execute", "lost")]

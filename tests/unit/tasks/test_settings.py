@@ -86,7 +86,7 @@ def test_values_are_read_and_typed() -> None:
         ("TOOLSAFE_HEARTBEAT_INTERVAL", "6", "at most TOOLSAFE_LEASE_SECONDS / 3"),
         ("TOOLSAFE_HEARTBEAT_INTERVAL", "0", "greater than 0"),
         ("TOOLSAFE_TASK_SOFT_TIME_LIMIT", "70", "below TOOLSAFE_TASK_TIME_LIMIT"),
-        ("TOOLSAFE_VISIBILITY_TIMEOUT", "600", "at least 2 x"),
+        ("TOOLSAFE_VISIBILITY_TIMEOUT", "100", "at least 2 x"),
         ("TOOLSAFE_SWEEP_INTERVAL", "0", "greater than 0"),
         ("TOOLSAFE_FAULTS_ENABLED", "maybe", "1/0"),
         ("TOOLSAFE_FAULTS_ENABLED", "1", "TOOLSAFE_FAULT_PLAN"),

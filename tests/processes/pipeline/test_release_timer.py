@@ -1,0 +1,61 @@
+"""A delay longer than TOOLSAFE_MAX_ETA is parked in the store, and the release timer in
+beat's process sends it out ahead of its due time: the retry runs at its not_before,
+with the sweep and the republish rule too slow here to be what sent it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.recovery.states import StepState
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+S = StepState
+INVOICE = {"customer_id": "cus_1", "amount_cents": 4200, "currency": "EUR"}
+# Retries beyond 1 s are parked; a sweep every 20 s and a republish after 60 s would
+# send a parked retry 4 s ahead only after 16 s or more.
+SLOW_SWEEPER = {
+    "TOOLSAFE_MAX_ETA": "1",
+    "TOOLSAFE_SWEEP_INTERVAL": "20",
+    "TOOLSAFE_REPUBLISH_AFTER": "60",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster]:
+    with cluster_for(
+        pg_url, redis_url, pipeline_dir, suffix="release", env=SLOW_SWEEPER
+    ) as running:
+        running.start_worker("release", concurrency=2)
+        yield running
+
+
+def test_a_parked_retry_is_released_and_runs_at_its_not_before(cluster: Cluster) -> None:
+    ref = new_ref("run_9/step_1")
+    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=4)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    store = cluster.client.runtime.store
+    cluster.wait_for(lambda: store.get(ref).state is S.WAITING_RETRY, what="the rate limit")
+    waiting = store.get(ref)
+    assert waiting.due_at is not None
+    # Parked: no hint for the retry went out when it was decided (it is 4 s ahead).
+    assert waiting.published_at is None or waiting.published_at < waiting.due_at
+    view = cluster.client.wait(ref, timeout=30)
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    events = store.events(ref)
+    limited = next(e for e in events if e.to_state is S.WAITING_RETRY)
+    not_before = datetime.fromisoformat(limited.detail["envelope"]["retry"]["not_before"])
+    retried = [e for e in events if e.kind == "claimed" and e.at > limited.at]
+    assert retried, "the retry was never claimed"
+    lateness = (retried[0].at - not_before).total_seconds()
+    assert 0 <= lateness < 3, (lateness, cluster.logs())
+    assert store.get(ref).published_at == waiting.due_at  # released for its due time
+    assert cluster.states(ref) == [
+        S.PENDING, S.IN_FLIGHT, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
+    ]  # fmt: skip
+    assert cluster.effects(ref) == 1
