@@ -45,6 +45,7 @@ def test_sweeper_cost_prints_flatness_and_the_kombu_baseline(pg_url: str, redis_
     assert "idle sweep" in out and "x kombu's" in out
     assert "Index Scan using ix_steps_due_work" in out
     assert "    3,000 " in out
+    assert "target: the sweep's queries at 3,000 rows < 20 ms" in out
 
 
 def test_profile_step_times_the_three_bodies(pg_url: str, redis_url: str) -> None:

@@ -1,0 +1,172 @@
+"""The in-memory store's side of the sweeper and the heartbeat: lease renewal and
+expiry (R4), due work (R7), parked delays released, publish stamps; the same guards as
+``recovery/store/sweep.py`` and ``leases.py`` in SQL (``MemoryStore`` mixes it in)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from toolsafe.recovery.decide import decide
+from toolsafe.recovery.outcomes import LeaseExpired
+from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.records import Recorded, StepRecord
+from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
+from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES
+from toolsafe.recovery.store.sql import Change
+from toolsafe.recovery.store.steps import Jitter
+from toolsafe.recovery.store.submission import StepNotFound
+from toolsafe.recovery.store.tables import Tables, utc
+
+
+class MemorySweeper:
+    """The sweeper's and the heartbeat's methods over the in-memory tables."""
+
+    _tables: Tables
+    _rng: Jitter
+
+    def renew_lease(
+        self, held: StepRecord, owner: str, lease: timedelta, now: datetime
+    ) -> StepRecord | None:
+        """A running call's heartbeat (as in SQL: a compare-and-set on state, version and
+        owner that moves the version on and writes no event)."""
+        with self._tables.transaction():
+            return self._tables.cas(held, {"lease_expires_at": now + lease}, now, lease_owner=owner)
+
+    def expire_lease_of_dead_owner(
+        self,
+        operation_ref: str,
+        owner: str,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+    ) -> Recorded | None:
+        """The expired lease's transition (R4) for an owner the caller proved dead."""
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is None or current.lease_owner != owner or current.state not in LEASED:
+                return None
+            return self._expire_one(
+                current, now, traits_for(current.tool), policy_for(current.tool), self._rng,
+                owner_gone=True,
+            )  # fmt: skip
+
+    def leases_held_by(self, prefix: str) -> list[StepRecord]:
+        """Leased steps whose owner name starts with ``prefix`` (``host:pid:``)."""
+        with self._tables.transaction():
+            return sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in LEASED
+                    and step.lease_owner is not None
+                    and step.lease_owner.startswith(prefix)
+                ),
+                key=lambda step: step.id,
+            )
+
+    def _expire_one(
+        self,
+        current: StepRecord,
+        now: datetime,
+        traits: ToolTraits,
+        policy: Policy,
+        rng: Jitter,
+        *,
+        owner_gone: bool = False,
+    ) -> Recorded | None:
+        """The one guarded transition of a lost lease (R4), as ``sweep.expire_one``."""
+        decision = decide(snapshot(current, traits), LeaseExpired(), now, policy, rng)
+        detail: dict[str, Any] = {
+            "owner": current.lease_owner,
+            "lease_expires_at": iso(current.lease_expires_at),
+        }
+        if owner_gone:
+            detail["owner_gone"] = True
+        change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
+        moved = self._tables.cas(
+            current, decision_values(decision), now, lease_owner=current.lease_owner, change=change
+        )
+        return None if moved is None else Recorded(moved, decision)
+
+    def expire_leases(
+        self,
+        now: datetime,
+        traits_for: Callable[[str], ToolTraits],
+        policy_for: Callable[[str], Policy],
+        limit: int = 100,
+        rng: Jitter | None = None,
+    ) -> list[Recorded]:
+        jitter = rng or self._rng
+        decided: list[Recorded] = []
+        with self._tables.transaction():
+            expired = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in LEASED
+                    and step.lease_expires_at is not None
+                    and step.lease_expires_at <= now
+                ),
+                key=lambda step: (step.lease_expires_at, step.id),
+            )
+            for current in expired[: max(limit, 0)]:
+                recorded = self._expire_one(
+                    current, now, traits_for(current.tool), policy_for(current.tool), jitter
+                )
+                if recorded is not None:
+                    decided.append(recorded)
+        return decided
+
+    def due_work(self, now: datetime, limit: int, republish_after: timedelta) -> list[StepRecord]:
+        if republish_after <= timedelta(0):
+            raise ValueError("republish_after must be positive, or every sweep republishes")
+        cutoff = now - republish_after
+        stamp = utc(now)
+        with self._tables.transaction():
+            due = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in WORK_STATES
+                    and step.due_at is not None
+                    and step.due_at <= now
+                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                    and (step.published_at is None or step.published_at <= cutoff)
+                ),
+                key=lambda step: (step.due_at, step.id),
+            )
+            marked = [replace(step, published_at=stamp) for step in due[: max(limit, 0)]]
+            for step in marked:
+                self._tables.put(step)  # bookkeeping: no version, no event
+        return marked
+
+    def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
+        if horizon < now:
+            raise ValueError("horizon must not be before now")
+        with self._tables.transaction():
+            due = sorted(
+                (
+                    step
+                    for step in self._tables.steps.values()
+                    if step.state in DUE_LATER
+                    and step.due_at is not None
+                    and step.due_at <= horizon
+                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                    and (step.published_at is None or step.published_at < step.due_at)
+                ),
+                key=lambda step: (step.due_at, step.id),
+            )
+            marked = [replace(step, published_at=step.due_at) for step in due[: max(limit, 0)]]
+            for step in marked:
+                self._tables.put(step)  # bookkeeping: no version, no event
+        return marked
+
+    def mark_published(self, operation_ref: str, now: datetime) -> None:
+        with self._tables.transaction():
+            step = self._tables.steps.get(operation_ref)
+            if step is None:
+                raise StepNotFound(operation_ref)
+            self._tables.put(replace(step, published_at=utc(now)))
