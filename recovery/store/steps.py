@@ -420,6 +420,10 @@ class StepStore(StepActions):
         release timer, ``tasks/release.py``). ``FOR UPDATE SKIP LOCKED`` on PostgreSQL."""
         if horizon < now:
             raise ValueError("horizon must not be before now")
+        if self.engine.dialect.name == "sqlite" and not self._read(
+            lambda conn: sweep.any_parked(conn, now=now, horizon=horizon)
+        ):
+            return []  # every tick would otherwise take SQLite's one write lock
         rows = self._write(
             lambda conn: sweep.release_parked(conn, now=now, horizon=horizon, limit=limit)
         )

@@ -127,6 +127,23 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
     return sorted(rows, key=lambda row: (row.due_at, row.id))
 
 
+def parked_guard(now: datetime, horizon: datetime) -> Any:
+    """A waiting step due by ``horizon``, unleased, with no hint out for its due time."""
+    return and_(
+        text(PARKED_STATE_PREDICATE),
+        steps.c.due_at <= horizon,
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+        or_(steps.c.published_at.is_(None), steps.c.published_at < steps.c.due_at),
+    )
+
+
+def any_parked(conn: Connection, *, now: datetime, horizon: datetime) -> bool:
+    """Whether ``release_parked`` would find anything (a read: SQLite's timer takes the
+    database's write lock only when there is something to release)."""
+    found = conn.execute(select(steps.c.id).where(parked_guard(now, horizon)).limit(1)).first()
+    return found is not None
+
+
 def release_parked(
     conn: Connection, *, now: datetime, horizon: datetime, limit: int
 ) -> list[Row[Any]]:
@@ -141,12 +158,7 @@ def release_parked(
     candidates, then a compare-and-set on the same guard, so two releasers never both
     return a step.
     """
-    guard = and_(
-        text(PARKED_STATE_PREDICATE),
-        steps.c.due_at <= horizon,
-        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
-        or_(steps.c.published_at.is_(None), steps.c.published_at < steps.c.due_at),
-    )
+    guard = parked_guard(now, horizon)
     candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
