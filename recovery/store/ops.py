@@ -45,6 +45,7 @@ from toolsafe.recovery.rows import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store.compiled import compiled_for
 from toolsafe.recovery.store.sql import (
     Change,
     append_event,
@@ -160,7 +161,10 @@ def insert_step(
     one_statement = name == "postgresql"
     if one_statement:
         parameters.update(event_parameters(change, None, now))
-    row = conn.execute(statement, parameters).first()
+    if one_statement:
+        row = compiled_for(statement, conn.dialect).first(conn, parameters)
+    else:
+        row = conn.execute(statement, parameters).first()
     if row is None:
         existing = fetch(conn, operation_ref)
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
@@ -325,7 +329,7 @@ def _claim_fast(
         "now": now,
         **event_parameters(_claim_change(owner, None, lease_expires_at), None, now),
     }
-    return conn.execute(_CLAIM_FAST, parameters).first()
+    return compiled_for(_CLAIM_FAST, conn.dialect).first(conn, parameters)
 
 
 def claim_execution(
