@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from sqlalchemy import ColumnElement, Table, or_
+from sqlalchemy import ColumnElement, Table, literal_column, or_
 
 from toolsafe.recovery.reasons import (
     NOOP_ATTEMPTS_SPENT,
@@ -144,7 +144,11 @@ class Guard:
         The state conditions become one ``state IN (…)`` of the states left, in the
         lifecycle's order; every other condition contributes its negation.
         """
-        allowed = [state.value for state in StepState if state in self.states]
+        # Literals, not an expanding parameter: the statement is rendered once, not
+        # again on every execution (the claim runs per step), and reads as its index does.
+        allowed: list[ColumnElement[Any]] = [
+            literal_column(f"'{state.value}'") for state in StepState if state in self.states
+        ]
         clauses: list[ColumnElement[bool]] = [table.c.state.in_(allowed)]
         for rule in self.rules:
             for condition in rule.when:

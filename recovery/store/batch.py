@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-from sqlalchemy import BigInteger, Connection, Row, TextualSelect, bindparam, select, text
+from sqlalchemy import BigInteger, Connection, TextualSelect, bindparam, select, text
 
-from toolsafe.recovery.records import EventRecord, NewStep
+from toolsafe.recovery.records import EventRecord, NewStep, StepRecord, step_record
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.ops import SUBMITTED, insert_step, submitted_change
 
-Inserted = tuple[Row[Any], EventRecord | None]
+Inserted = tuple[StepRecord, EventRecord | None]
 
 _COLUMNS: Final = (
     "operation_ref, tool, input, input_hash, state, commit_state, attempts, max_attempts, "
@@ -80,8 +80,8 @@ def insert_steps(
     actor: str | None,
 ) -> list[Inserted]:
     """Each call (with its checked operation_ref and hash) as ``insert_step`` would do
-    it, in order: (row, its event) for a new step, (the stored row, None) for a ref that
-    existed before or was made by an earlier call of the batch."""
+    it, in order: (the step, its event) for a new step, (the stored step, None) for a
+    ref that existed before or was made by an earlier call of the batch."""
     if conn.dialect.name != "postgresql":
         return [
             insert_step(
@@ -125,7 +125,7 @@ def insert_steps(
             existing = row if row is not None else found.get(ref)
             if existing is None:  # pragma: no cover - a conflicting row cannot vanish
                 raise RuntimeError(f"operation_ref {ref!r} conflicted but is not there")
-            inserted.append((existing, None))
+            inserted.append((step_record(existing), None))
             continue
         logged.add(ref)
         event = EventRecord(
@@ -138,5 +138,5 @@ def insert_steps(
             label=change.label,
             detail=json_ready(change.detail),
         )
-        inserted.append((row, event))
+        inserted.append((step_record(row), event))
     return inserted

@@ -7,6 +7,7 @@ row in the same transaction; zero rows updated is an answer the caller turns int
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,7 @@ from toolsafe.recovery.guards import EXECUTION
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, Outcome
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.reasons import NOOP_CLAIMED
-from toolsafe.recovery.records import EventRecord, StepRecord
+from toolsafe.recovery.records import EventRecord, StepRecord, step_record
 from toolsafe.recovery.rows import (
     decision_detail,
     decision_values,
@@ -44,6 +45,7 @@ from toolsafe.recovery.rows import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store.compiled import compiled_for
 from toolsafe.recovery.store.sql import (
     Change,
     append_event,
@@ -86,11 +88,13 @@ def _insert_statement(dialect_name: str) -> Select[Any] | Insert:
     )
     # ON CONFLICT DO NOTHING: two submissions of one operation_ref racing both succeed,
     # one of them as "already there" (R2), instead of one failing on the unique index.
+    # The new row's id is all the caller does not know: it builds the record from the
+    # values it inserted (``_inserted_record``), as it does after a record's CAS.
     statement: Insert = (
         dialect.insert(steps)
         .values({column: bindparam(column, type_=steps.c[column].type) for column in columns})
         .on_conflict_do_nothing(index_elements=[steps.c.operation_ref])
-        .returning(*steps.c)
+        .returning(steps.c.id, steps.c.operation_ref, steps.c.state)
     )
     if dialect_name != "postgresql":
         return statement
@@ -122,9 +126,9 @@ def insert_step(
     now: datetime,
     published_at: datetime | None = None,
     actor: str | None = None,
-) -> tuple[Row[Any], EventRecord | None]:
-    """Insert the pending step unless its operation_ref exists; (row, its ``submitted``
-    event, or None when the step already existed).
+) -> tuple[StepRecord, EventRecord | None]:
+    """Insert the pending step unless its operation_ref exists; (the step, its
+    ``submitted`` event, or None when the step already existed: then the stored step).
 
     ``published_at`` stamps the hint the caller is about to publish, saving a second
     transaction; if that publish never happens, the sweeper republishes once
@@ -157,12 +161,15 @@ def insert_step(
     one_statement = name == "postgresql"
     if one_statement:
         parameters.update(event_parameters(change, None, now))
-    row = conn.execute(statement, parameters).first()
+    if one_statement:
+        row = compiled_for(statement, conn.dialect).first(conn, parameters)
+    else:
+        row = conn.execute(statement, parameters).first()
     if row is None:
         existing = fetch(conn, operation_ref)
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise RuntimeError(f"operation_ref {operation_ref!r} conflicted but is not there")
-        return existing, None
+        return step_record(existing), None
     if one_statement:
         event_id = int(row.event_id)
     else:
@@ -187,7 +194,48 @@ def insert_step(
         label=change.label,
         detail=json_ready(change.detail),
     )
-    return row, event
+    return _inserted_record(row.id, parameters), event
+
+
+def _inserted_record(step_id: int, inserted: Mapping[str, Any]) -> StepRecord:
+    """The new step as reading its row back would give it: the inserted values (times
+    in UTC, JSON as plain values: a copy through JSON, as the column gives it back), the
+    columns the insert leaves NULL as None, and its id."""
+
+    def utc(name: str) -> datetime | None:
+        value = inserted[name]
+        return None if value is None else value.astimezone(UTC)
+
+    created_at, updated_at = utc("created_at"), utc("updated_at")
+    if created_at is None or updated_at is None:  # pragma: no cover - insert_step sets both
+        raise ValueError("a new step needs created_at and updated_at")
+    return StepRecord(
+        id=step_id,
+        operation_ref=inserted["operation_ref"],
+        tool=inserted["tool"],
+        input=json.loads(json.dumps(inserted["input"])),
+        input_hash=inserted["input_hash"],
+        state=StepState(inserted["state"]),
+        commit_state=inserted["commit_state"],
+        attempts=inserted["attempts"],
+        max_attempts=inserted["max_attempts"],
+        verification_attempts=inserted["verification_attempts"],
+        lookups_unavailable=inserted["lookups_unavailable"],
+        due_at=utc("due_at"),
+        lease_owner=None,
+        lease_expires_at=None,
+        last_sent_at=None,
+        last_envelope=None,
+        fingerprint=None,
+        fingerprint_repeats=inserted["fingerprint_repeats"],
+        flagged_fields=tuple(inserted["flagged_fields"]),
+        approval_input_hash=None,
+        reason=None,
+        published_at=utc("published_at"),
+        version=inserted["version"],
+        created_at=created_at,
+        updated_at=updated_at,
+    )
 
 
 # ------------------------------------------------------------------ claims
@@ -281,7 +329,7 @@ def _claim_fast(
         "now": now,
         **event_parameters(_claim_change(owner, None, lease_expires_at), None, now),
     }
-    return conn.execute(_CLAIM_FAST, parameters).first()
+    return compiled_for(_CLAIM_FAST, conn.dialect).first(conn, parameters)
 
 
 def claim_execution(

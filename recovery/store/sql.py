@@ -26,6 +26,7 @@ from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import outbox
+from toolsafe.recovery.store.compiled import compiled_for
 
 
 class Change(NamedTuple):
@@ -208,7 +209,12 @@ def cas_update(
     if one_statement and change is not None:
         parameters.update(event_parameters(change, from_state, now))
     statement = _cas_statement(columns, lease_owner is not None, one_statement, slim)
-    moved = conn.execute(statement, parameters).first()
+    moved: Row[Any] | None
+    if one_statement and slim:
+        # The worker's record: compiled once, run on the driver's cursor.
+        moved = compiled_for(statement, conn.dialect).first(conn, parameters)
+    else:
+        moved = conn.execute(statement, parameters).first()
     if moved is not None and moved.state == ESCALATED and from_state != ESCALATED:
         # The notice the handlers are owed commits with the escalation, or neither does.
         outbox.add_notice(conn, moved, now)

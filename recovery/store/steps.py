@@ -169,7 +169,7 @@ class StepStore(StepActions):
         into the ``submitted`` event."""
         ref, stored_hash = checked_submission(tool, input, operation_ref, digest)
 
-        def work(conn: Connection) -> tuple[Row[Any], EventRecord | None]:
+        def work(conn: Connection) -> tuple[StepRecord, EventRecord | None]:
             return ops.insert_step(
                 conn,
                 tool=tool,
@@ -182,10 +182,10 @@ class StepStore(StepActions):
                 actor=actor,
             )
 
-        row, event = self._write(work)
+        step, event = self._write(work)
         if event is None:
-            check_repeat(ref, row, tool, stored_hash, equivalent_hashes, same_input)
-        return Submitted(step_record(row), event)
+            check_repeat(ref, step, tool, stored_hash, equivalent_hashes, same_input)
+        return Submitted(step, event)
 
     def submit_many(
         self,
@@ -209,18 +209,18 @@ class StepStore(StepActions):
         def work(conn: Connection) -> list[Submitted]:
             inserted = insert_steps(conn, batch, now=now, published_at=published_at, actor=actor)
             submitted: list[Submitted] = []
-            for index, ((call, ref, digest), (row, event)) in enumerate(
+            for index, ((call, ref, digest), (step, event)) in enumerate(
                 zip(batch, inserted, strict=True)
             ):
                 if event is None:
                     try:
                         check_repeat(
-                            ref, row, call.tool, digest, call.equivalent_hashes, call.same_input
+                            ref, step, call.tool, digest, call.equivalent_hashes, call.same_input
                         )
                     except OperationRefConflict as error:
                         in_batch(error, index)
                         raise
-                submitted.append(Submitted(step_record(row), event))
+                submitted.append(Submitted(step, event))
             return submitted
 
         return self._write(work)

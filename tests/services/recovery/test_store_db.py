@@ -154,3 +154,53 @@ def test_other_database_errors_are_not_retried(store_pg_engine: Engine) -> None:
     with pytest.raises(DBAPIError, match="division by zero"):
         with_db_retry(operation, sleep=lambda _: None)
     assert len(calls) == 1
+
+
+# ------------------------------------------------------------------ compiled statements
+
+
+@pytest.mark.postgres
+def test_a_compiled_statement_returns_what_sqlalchemy_returns(pg_store: StepStore) -> None:
+    from toolsafe.recovery.store import sql
+    from toolsafe.recovery.store.compiled import compiled_for
+
+    create_step(pg_store, "t", {"a": [1, {"b": None}]}, operation_ref="r1", policy=POLICY, now=T0)
+    with pg_store.engine.begin() as conn:
+        expected = conn.execute(sql._BY_REF, {"ref": "r1"}).first()
+        found = compiled_for(sql._BY_REF, conn.dialect).first(conn, {"ref": "r1"})
+        assert expected is not None and found is not None
+        assert tuple(found) == tuple(expected) and found._fields == expected._fields
+        assert found.created_at.tzinfo is not None and found.created_at.utcoffset() == timedelta(0)
+        assert compiled_for(sql._BY_REF, conn.dialect).first(conn, {"ref": "none"}) is None
+        with pytest.raises(StatementError, match="ref"):
+            compiled_for(sql._BY_REF, conn.dialect).first(conn, {})
+
+
+@pytest.mark.postgres
+def test_a_compiled_statement_raises_and_retries_as_sqlalchemy_does(
+    store_pg_engine: Engine,
+) -> None:
+    from sqlalchemy import literal_column, select
+
+    from toolsafe.recovery.store.compiled import Compiled
+
+    failing = Compiled(select(literal_column("1 / 0").label("x")), store_pg_engine.dialect)
+    with pytest.raises(DBAPIError, match="division by zero"), store_pg_engine.begin() as conn:
+        failing.first(conn, {})
+    answer = Compiled(select(literal_column("41 + 1").label("x")), store_pg_engine.dialect)
+    calls: list[int] = []
+
+    def operation() -> int:
+        with store_pg_engine.begin() as conn:
+            calls.append(1)
+            if len(calls) == 1:
+                # Ended from elsewhere: the compiled statement meets the dead connection.
+                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                with store_pg_engine.connect() as other:
+                    other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            row = answer.first(conn, {})
+            assert row is not None
+            return int(row.x)
+
+    assert with_db_retry(operation, sleep=lambda _: None) == 42
+    assert len(calls) == 2
