@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Dialect, Row
+from sqlalchemy import Connection, Dialect, Executable, Row
 from sqlalchemy.sql import ClauseElement
 
 
@@ -92,13 +92,39 @@ class Compiled:
         return row
 
 
-_COMPILED: dict[tuple[int, str], Compiled] = {}
+class Executed:
+    """The fallback: ``first`` through SQLAlchemy's own execution, as everywhere else."""
+
+    def __init__(self, statement: ClauseElement) -> None:
+        self.statement = statement
+
+    def first(self, conn: Connection, given: Mapping[str, Any]) -> Row[Any] | None:
+        row: Row[Any] | None = conn.execute(cast(Executable, self.statement), dict(given)).first()
+        return row
 
 
-def compiled_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
-    """The statement compiled once per dialect (statements here are module constants)."""
+# What ``Compiled`` reads of SQLAlchemy beyond its public API (checked for 2.0 and 2.1).
+_INTERNALS: tuple[tuple[type, str], ...] = (
+    (Connection, "_handle_dbapi_exception"),
+    (Connection, "_has_events"),
+)
+_COMPILED: dict[tuple[int, str], Compiled | Executed] = {}
+
+
+def compiled_for(statement: ClauseElement, dialect: Dialect) -> Compiled | Executed:
+    """The statement compiled once per dialect (statements here are module constants).
+
+    ``Compiled`` leans on a few of SQLAlchemy's internals; if a SQLAlchemy release has
+    moved them, the statement runs through SQLAlchemy's own execution instead (slower by
+    about 0.1 ms of CPU, the same answers), never with a half-working shortcut."""
     key = (id(statement), dialect.name)
     found = _COMPILED.get(key)
     if found is None:
-        found = _COMPILED[key] = Compiled(statement, dialect)
+        try:
+            if not all(hasattr(owner, name) for owner, name in _INTERNALS):
+                raise AttributeError("SQLAlchemy's execution internals moved")
+            found = Compiled(statement, dialect)
+        except (AttributeError, TypeError, IndexError):
+            found = Executed(statement)
+        _COMPILED[key] = found
     return found

@@ -177,6 +177,28 @@ def test_a_compiled_statement_returns_what_sqlalchemy_returns(pg_store: StepStor
 
 
 @pytest.mark.postgres
+def test_without_the_internals_it_needs_a_statement_runs_through_sqlalchemy(
+    pg_store: StepStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import Connection
+
+    from toolsafe.recovery.store import compiled, ops, sql
+
+    monkeypatch.setattr(compiled, "_COMPILED", {})
+    monkeypatch.setattr(compiled, "_INTERNALS", ((Connection, "_moved_in_a_new_release"),))
+    create_step(pg_store, "t", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
+    with pg_store.engine.begin() as conn:
+        runner = compiled.compiled_for(sql._BY_REF, conn.dialect)
+        assert isinstance(runner, compiled.Executed)
+        expected = conn.execute(sql._BY_REF, {"ref": "r1"}).first()
+        assert runner.first(conn, {"ref": "r1"}) == expected is not None
+    # The hot path on the fallback: a claim and its record, as ever.
+    assert pg_store.claim_execution("r1", "worker-1", timedelta(seconds=30), T0) is not None
+    claim = compiled.compiled_for(ops._CLAIM_FAST, pg_store.engine.dialect)
+    assert isinstance(claim, compiled.Executed)
+
+
+@pytest.mark.postgres
 def test_a_compiled_statement_raises_and_retries_as_sqlalchemy_does(
     store_pg_engine: Engine,
 ) -> None:
