@@ -1,5 +1,6 @@
 """The plain-Celery baseline: a no-op task, a hand-rolled INSERT, call, UPDATE task, and
-a task that records when it started (the ETA-lateness benchmark sends it with an ``eta``).
+a task that retries itself once with an ``eta`` and records when its retry started (the
+ETA-lateness benchmark's).
 
 ``celery -A benchmarks.baseline worker`` finds the app, built on first use from the same
 ``TOOLSAFE_*`` environment as toolsafe's own app and with the same Celery settings
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from celery import Celery
@@ -106,10 +108,16 @@ def create_app(settings: Settings | None = None) -> Celery:
         with engine.begin() as conn:
             conn.execute(_UPDATE, {"id": row_id})
 
-    @app.task(name=STAMP_TASK, **options)  # type: ignore[untyped-decorator]
-    def stamp(ref: str, due: float) -> None:
-        # When the task body starts (epoch seconds), next to the ETA it was sent with.
+    @app.task(name=STAMP_TASK, bind=True, **options)  # type: ignore[untyped-decorator]
+    def stamp(self: Any, ref: str, delay: float, due: float | None = None) -> None:
+        # The first run asks Celery to run it again ``delay`` seconds later (Celery's own
+        # retry: the task sent again with that ``eta``); the second records when its body
+        # started (epoch seconds) next to that ``eta``.
         started = time.time()
+        if due is None:
+            due = started + delay
+            when = datetime.fromtimestamp(due, UTC)
+            raise self.retry(args=(ref, delay, due), eta=when, max_retries=1)
         with _engine(database_url).begin() as conn:
             conn.execute(_STAMP, {"ref": ref, "due": due, "started": started})
 

@@ -8,20 +8,26 @@ the time of its second claim minus the ``due_at`` it waited for, both read from 
 step's events in the store: end to end, whatever releases the retry (an ETA message, or
 a timer in the sweeper's process; the worker runs beat inside it, ``-B``).
 
-The baseline, in the same run and on the same worker shape: a plain Celery task sent
-with ``eta`` = now + the same delays, whose lateness is ``time.time()`` at the start of
-its body minus that ``eta``. Prints p50/p95/p99/max of both and the target (p99 <= 1.1x).
+The baseline, in the same run and on the same worker shape: a plain Celery task whose
+first run calls Celery's own retry with ``eta`` = now + the same delay (so its worker, like
+toolsafe's, runs every first attempt and then every retry), and whose lateness is
+``time.time()`` at the start of the retry's body minus that ``eta``. Prints
+p50/p95/p99/max of both and the target (p99 <= 1.1x).
+
+With a delay shorter than the retry policy's first backoff (1 s), ``due_at`` is the
+backoff's, not the ``not_before``: the lateness is still measured from ``due_at``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -60,6 +66,10 @@ def percentile(values: Sequence[float], share: float) -> float:
     """Nearest rank: the smallest value at least ``share`` of the values do not exceed."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def p99_ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs > 0 else math.inf
 
 
 def retry_lateness(events: Sequence[EventRecord]) -> float | None:
@@ -153,14 +163,13 @@ def run_plain(
         with worker:
             worker.wait_ready()
             for n, delay in enumerate(delays(args.steps, args.min_delay, args.max_delay)):
-                due = datetime.now(UTC) + timedelta(seconds=delay)
-                app.send_task(baseline.STAMP_TASK, args=(f"{prefix}{n}", due.timestamp()), eta=due)
+                app.send_task(baseline.STAMP_TASK, args=(f"{prefix}{n}", delay))
             wait_until(
                 lambda: count(
                     database, "SELECT count(*) FROM bench_stamps WHERE ref LIKE %s", prefix + "%"
                 ) == args.steps,
                 args.max_delay + args.timeout,
-                f"{args.steps} plain tasks to start",
+                f"{args.steps} plain tasks' retries to start",
                 interval=0.2,
             )  # fmt: skip
     finally:
@@ -217,23 +226,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="toolsafe-late-") as tmp,
     ):
         database.execute(baseline.STAMPS_TABLE_DDL)
+        ratios: list[float] = []
         for round_number in range(args.rounds):
+            p99: dict[str, float] = {}
             for mode, run in (("plain", run_plain), ("toolsafe", run_toolsafe)):
                 started = time.monotonic()
                 values = run(args, broker, database, Path(tmp))
                 late[mode].extend(values)
+                p99[mode] = percentile(values, 0.99)
                 print(
                     f"round {round_number + 1} {mode:8} {summary(values)}  "
                     f"{time.monotonic() - started:.0f}s  load {load_average()}",
                     flush=True,
                 )
-    print("\nlateness, all rounds (claim of the retry - due_at; plain: task start - eta):")
-    print(f"  plain Celery ETA task    {summary(late['plain'])}")
+            ratios.append(p99_ratio(p99["toolsafe"], p99["plain"]))
+            print(f"round {round_number + 1} p99 toolsafe / plain: {ratios[-1]:.2f}x", flush=True)
+    print("\nlateness, all rounds (claim of the retry - due_at; plain: the retry's start - eta):")
+    print(f"  plain Celery self.retry  {summary(late['plain'])}")
     print(f"  toolsafe retry           {summary(late['toolsafe'])}")
-    ours, theirs = percentile(late["toolsafe"], 0.99), percentile(late["plain"], 0.99)
-    ratio = ours / theirs if theirs > 0 else math.inf
+    ratio = p99_ratio(percentile(late["toolsafe"], 0.99), percentile(late["plain"], 0.99))
     verdict = "met" if ratio <= P99_TARGET else "NOT met"
-    print(f"\np99 toolsafe / plain Celery: {ratio:.2f}x")
+    print(f"\np99 toolsafe / plain Celery, all rounds pooled: {ratio:.2f}x")
+    if len(ratios) > 1:
+        shown = ", ".join(f"{value:.2f}" for value in ratios)
+        print(f"  round by round: {shown} (median {statistics.median(ratios):.2f}x)")
     print(f"eta lateness p99 <= {P99_TARGET}x plain Celery: {verdict}")
     print(f"load average at the end: {load_average()}")
     return 0
