@@ -114,11 +114,16 @@ def create_app(settings: Settings | None = None) -> Celery:
         # retry: the task sent again with that ``eta``); the second records when its body
         # started (epoch seconds) next to that ``eta``.
         started = time.time()
+        engine = _engine(database_url)
         if due is None:
+            # Open this process's pooled connection now, as toolsafe's first attempt
+            # does: the retry must not pay for it.
+            with engine.connect():
+                pass
             due = started + delay
             when = datetime.fromtimestamp(due, UTC)
             raise self.retry(args=(ref, delay, due), eta=when, max_retries=1)
-        with _engine(database_url).begin() as conn:
+        with engine.begin() as conn:
             conn.execute(_STAMP, {"ref": ref, "due": due, "started": started})
 
     return app
