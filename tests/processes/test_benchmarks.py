@@ -78,7 +78,7 @@ def test_eta_lateness_times_both_retries_with_the_target(pg_url: str, redis_url:
         "--max-delay", "1", "--timeout", "30",
     )  # fmt: skip
     assert "TOOLSAFE_ETA_JITTER=0" in out
-    assert "plain Celery self.retry  p50" in out and "(n=6)" in out
+    assert "plain Celery, eta task   p50" in out and "(n=6)" in out
     assert "toolsafe retry           p50" in out
     assert "eta lateness p99 <= 1.1x plain Celery: " in out
 
