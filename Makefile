@@ -73,4 +73,6 @@ bench-hotpath: venv-dev
 	$(BIN)/python -m benchmarks.throughput --steps 1500 --repeat 3 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.submit_cost --calls 3000 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.eta_memory $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.eta_lateness --rounds 3 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.throughput --steps 1000 --modes rows,toolsafe --store sqlite $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)

@@ -1,4 +1,6 @@
-"""The plain-Celery baseline: a no-op task and a hand-rolled INSERT, call, UPDATE task.
+"""The plain-Celery baseline: a no-op task, a hand-rolled INSERT, call, UPDATE task, and
+a task that sends itself again with an ``eta`` and records when that second run started
+(the ETA-lateness benchmark's).
 
 ``celery -A benchmarks.baseline worker`` finds the app, built on first use from the same
 ``TOOLSAFE_*`` environment as toolsafe's own app and with the same Celery settings
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from celery import Celery
@@ -23,6 +26,7 @@ from toolsafe.settings import Settings
 QUEUE: Final = "bench.plain"
 NOOP_TASK: Final = "bench.noop"
 ROWS_TASK: Final = "bench.rows"
+STAMP_TASK: Final = "bench.stamp"
 # Recovery benchmark only: how long an unacknowledged message waits before the broker
 # hands it out again, and how often workers look for such messages.
 VISIBILITY_ENV: Final = "TOOLSAFE_BENCH_VISIBILITY_TIMEOUT"
@@ -47,6 +51,15 @@ _UPDATE = text(
     "UPDATE bench_calls SET state = 'done', updated_at = clock_timestamp() WHERE id = :id"
 )
 
+STAMPS_TABLE_DDL: Final = """
+CREATE TABLE IF NOT EXISTS bench_stamps (
+    ref TEXT PRIMARY KEY,
+    due DOUBLE PRECISION NOT NULL,
+    started DOUBLE PRECISION NOT NULL
+)
+"""
+_STAMP = text("INSERT INTO bench_stamps (ref, due, started) VALUES (:ref, :due, :started)")
+
 _engines: dict[int, Engine] = {}
 _lock = threading.Lock()
 
@@ -61,14 +74,14 @@ def _engine(url: str) -> Engine:
 
 
 def create_app(settings: Settings | None = None) -> Celery:
-    """A Celery app with toolsafe's Celery settings and the two baseline tasks."""
+    """A Celery app with toolsafe's Celery settings and the baseline tasks."""
     settings = settings if settings is not None else Settings.from_env()
     app = Celery("bench-baseline", set_as_current=False)
     config = build_config(settings)
     config.update(
         task_queues=(Queue(QUEUE, routing_key=QUEUE),),  # type: ignore[no-untyped-call]
         task_default_queue=QUEUE,
-        task_routes={NOOP_TASK: {"queue": QUEUE}, ROWS_TASK: {"queue": QUEUE}},
+        task_routes={name: {"queue": QUEUE} for name in (NOOP_TASK, ROWS_TASK, STAMP_TASK)},
         beat_schedule={},
     )
     visibility = os.environ.get(VISIBILITY_ENV)
@@ -94,6 +107,25 @@ def create_app(settings: Settings | None = None) -> Celery:
         time.sleep(call_ms / 1000)
         with engine.begin() as conn:
             conn.execute(_UPDATE, {"id": row_id})
+
+    @app.task(name=STAMP_TASK, **options)  # type: ignore[untyped-decorator]
+    def stamp(ref: str, delay: float, due: float | None = None) -> None:
+        # The first run sends the task again with ``eta`` = ``delay`` seconds later (as
+        # toolsafe's worker publishes a retry's hint); the second records when its body
+        # started (epoch seconds) next to that ``eta``.
+        started = time.time()
+        engine = _engine(database_url)
+        if due is None:
+            # Open this process's pooled connection now, as toolsafe's first attempt
+            # does: the retry must not pay for it.
+            with engine.connect():
+                pass
+            due = started + delay
+            when = datetime.fromtimestamp(due, UTC)
+            app.send_task(STAMP_TASK, args=(ref, delay, due), eta=when)
+            return
+        with engine.begin() as conn:
+            conn.execute(_STAMP, {"ref": ref, "due": due, "started": started})
 
     return app
 

@@ -195,8 +195,10 @@ def start_worker(
     pool: str = "prefork",
     concurrency: int = 2,
     loglevel: str = "INFO",
+    beat_schedule: Path | None = None,
 ) -> Process:
-    """A worker with a node name of its own; ``with worker:`` SIGKILLs it at the end."""
+    """A worker with a node name of its own; ``with worker:`` SIGKILLs it at the end.
+    ``beat_schedule`` runs beat inside it (``-B``), its schedule file there."""
     options = harness.WorkerOptions(
         name=f"{name}-{uuid.uuid4().hex[:6]}",
         app=app,
@@ -205,6 +207,7 @@ def start_worker(
         concurrency=concurrency,
         loglevel=loglevel,
         without=("mingle", "gossip"),
+        beat_schedule=beat_schedule,
     )
     return harness.start_worker(options, env=env, directory=directory, cwd=ROOT)
 

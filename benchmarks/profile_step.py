@@ -5,6 +5,8 @@ call / record, and the hand-rolled INSERT/UPDATE body, each timed and profiled.
 task's body is called directly), interleaves the three in small chunks so the machine's
 changing load falls on all of them alike, and prints milliseconds per step, the time of
 each database round trip, and the functions that take the most time under cProfile.
+``--store sqlite`` puts toolsafe's store on a SQLite file of its own (the hand-rolled body
+stays on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -174,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--top", type=int, default=15, help="functions shown per profile")
     parser.add_argument("--no-profile", action="store_true", help="timings only")
+    parser.add_argument(
+        "--store",
+        default="postgresql",
+        choices=["postgresql", "sqlite"],
+        help="toolsafe's store (the hand-rolled body always uses PostgreSQL)",
+    )
     add_service_options(parser)
     return parser
 
@@ -183,8 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 1:
         raise BenchError("--steps must be at least 1")
     profile = not args.no_profile
-    header(f"profile of one step, in process, {args.steps} steps, call 0 ms")
-    from toolsafe.recovery.db import make_engine
+    header(
+        f"profile of one step, in process, {args.steps} steps, call 0 ms, "
+        f"toolsafe store {args.store}"
+    )
+    from toolsafe.recovery.db import make_engine, migrate
     from toolsafe.recovery.store import StepStore
     from toolsafe.settings import Settings
     from toolsafe.tasks import pipeline
@@ -194,9 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with (
         BrokerDb(args.broker, held_by_caller=args.broker_held_by_caller) as broker,
         BenchDatabase(args.database, drop_existing=args.drop_existing) as database,
+        tempfile.TemporaryDirectory(prefix="toolsafe-profile-") as tmp,
     ):
         database.execute(baseline.CALLS_TABLE_DDL)
-        client = Client(create_app(Settings.from_env(worker_env(broker.url, database.url))))
+        store_url = database.url
+        if args.store == "sqlite":
+            store_url = f"sqlite:///{tmp}/toolsafe.db"
+            migrate(store_url)
+        client = Client(create_app(Settings.from_env(worker_env(broker.url, store_url))))
         runtime = client.runtime
         hints = NoHints()
         engine = make_engine(database.url)

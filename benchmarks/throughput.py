@@ -5,11 +5,16 @@ same pool and concurrency: a plain no-op task, a hand-rolled task (INSERT+commit
 call, UPDATE+commit) and toolsafe (submit, claim, the no-op ``bench_write`` adapter with
 the same 1 ms call, record). Each is measured twice: end to end (the client submits while
 the worker runs) and as a drain (the queue filled first, then the worker let loose).
+
+``--store sqlite`` runs toolsafe on a SQLite file of its own (the embedded store, a fresh
+file per run, migrated first) instead of PostgreSQL; the plain-Celery modes stay on
+PostgreSQL, and toolsafe's database CPU is then inside the worker's (shown as 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -73,9 +78,12 @@ class Run:
 class Target:
     """One way of running the calls: its worker, its submit and its completion check."""
 
-    def __init__(self, mode: str, env: dict[str, str], call_ms: float) -> None:
+    def __init__(
+        self, mode: str, env: dict[str, str], call_ms: float, sqlite_file: Path | None = None
+    ) -> None:
         self.mode = mode
         self.call_ms = call_ms
+        self.sqlite_file = sqlite_file  # toolsafe's store when it is SQLite
         settings = Settings.from_env(env)
         self.client: Client | None = None
         self.app: Celery
@@ -102,6 +110,16 @@ class Target:
         if self.mode == "noop":
             return None
         table, done = ("steps", "succeeded") if self.mode == "toolsafe" else ("bench_calls", "done")
+        if self.sqlite_file is not None:
+            with sqlite3.connect(self.sqlite_file, timeout=30) as lite:
+                row = lite.execute(
+                    "SELECT count(*) FROM steps WHERE state = ? AND operation_ref LIKE ?",
+                    (done, prefix + "%"),
+                ).fetchone()
+            lite.close()
+            count = row[0] if row else 0
+            assert isinstance(count, int)
+            return count
         with database.connect() as conn:
             row = conn.execute(
                 f"SELECT count(*) FROM {table} WHERE state = %s AND operation_ref LIKE %s",  # noqa: S608 - fixed names
@@ -156,8 +174,20 @@ def run_mode(
     mode: str, args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
 ) -> Run:
     broker.clear()
-    env = worker_env(broker.url, database.url)
-    target = Target(mode, env, args.call_ms)
+    sqlite_file: Path | None = None
+    store_url = database.url
+    if mode == "toolsafe" and args.store == "sqlite":
+        from toolsafe.recovery.db import migrate
+
+        sqlite_file = tmp / f"toolsafe-{uuid.uuid4().hex[:8]}.db"
+        store_url = f"sqlite:///{sqlite_file}"
+        migrate(store_url)
+    env = worker_env(broker.url, store_url)
+    target = Target(mode, env, args.call_ms, sqlite_file)
+
+    def database_cpu() -> float:
+        return 0.0 if sqlite_file is not None else backend_cpu_seconds(database)
+
     worker: Process = start_worker(
         target.app_name,
         target.queues,
@@ -175,10 +205,10 @@ def run_mode(
             if args.warmup:
                 _batch(target, broker, database, args.warmup)
             cpu_before = worker.cpu_seconds()
-            db_before = backend_cpu_seconds(database)
+            db_before = database_cpu()
             started, submitted, finished = _batch(target, broker, database, args.steps)
             cpu_after = worker.cpu_seconds()
-            db_after = backend_cpu_seconds(database)
+            db_after = database_cpu()
             # The drain: the worker stops consuming, the queue fills, the worker resumes.
             reply = target.app.control.cancel_consumer(
                 target.consume_queue, destination=destination, reply=True, timeout=10
@@ -300,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--call-ms", type=float, default=1.0, help="the stand-in call's time")
     parser.add_argument("--loglevel", default="INFO", help="the workers' log level")
     parser.add_argument(
+        "--store",
+        default="postgresql",
+        choices=["postgresql", "sqlite"],
+        help="toolsafe's store (the plain-Celery modes always use PostgreSQL)",
+    )
+    parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
     )
     add_service_options(parser)
@@ -317,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.repeat_values = list(range(args.repeat))
     header(
         f"throughput: {args.steps} calls, pool {args.pool} x{args.concurrency}, "
-        f"call {args.call_ms:g} ms, log level {args.loglevel}"
+        f"call {args.call_ms:g} ms, log level {args.loglevel}, toolsafe store {args.store}"
     )
     results: dict[str, list[Run]] = {mode: [] for mode in modes}
     with (

@@ -77,6 +77,18 @@ def test_eta_memory_measures_both_backlogs(pg_url: str, redis_url: str) -> None:
 
 
 @pytest.mark.slow
+def test_eta_lateness_times_both_retries_with_the_target(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "eta_lateness", pg_url, redis_url, "--steps", "6", "--min-delay", "0.5",
+        "--max-delay", "1", "--timeout", "30",
+    )  # fmt: skip
+    assert "TOOLSAFE_ETA_JITTER=0" in out
+    assert "plain Celery, eta task   p50" in out and "(n=6)" in out
+    assert "toolsafe retry           p50" in out
+    assert "eta lateness p99 <= 1.1x plain Celery: " in out
+
+
+@pytest.mark.slow
 def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str) -> None:
     out = run_benchmark("throughput", pg_url, redis_url, "--steps", "20", "--warmup", "2")
     for label in ("no-op task", "INSERT / call / UPDATE", "bench_write adapter"):
@@ -84,6 +96,15 @@ def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str
     assert "vs plain Celery, INSERT / call / UPDATE:\n    e2e" in out
     assert "db CPU" in out
     assert "worker drain" in out and "(target >= 1.0x)" in out
+
+
+@pytest.mark.slow
+def test_throughput_runs_toolsafe_on_sqlite(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "throughput", pg_url, redis_url,
+        "--steps", "10", "--warmup", "0", "--modes", "toolsafe", "--store", "sqlite",
+    )  # fmt: skip
+    assert "toolsafe store sqlite" in out and "bench_write adapter" in out
 
 
 @pytest.mark.slow
