@@ -98,7 +98,10 @@ def run_toolsafe(
     args: argparse.Namespace, broker: BrokerDb, database: BenchDatabase, tmp: Path
 ) -> list[float]:
     broker.clear()
-    env = worker_env(broker.url, database.url, {"TOOLSAFE_ETA_JITTER": str(args.jitter)})
+    extra = {"TOOLSAFE_ETA_JITTER": str(args.jitter)}
+    if args.max_eta is not None:
+        extra["TOOLSAFE_MAX_ETA"] = str(args.max_eta)
+    env = worker_env(broker.url, database.url, extra)
     prefix = f"late{uuid.uuid4().hex[:8]}/"
     name = f"late-ts-{uuid.uuid4().hex[:6]}"
     worker = start_worker(
@@ -206,6 +209,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "lateness here); default %(default)s",
     )
     parser.add_argument(
+        "--max-eta",
+        type=float,
+        default=None,
+        help="TOOLSAFE_MAX_ETA for toolsafe (default: the setting's, 10 s: these delays go out "
+        "as ETA hints when decided); below --min-delay every retry is parked in the store "
+        "and sent by the release timer",
+    )
+    parser.add_argument(
         "--show-worst", action="store_true", help="print the latest toolsafe retry's events"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds past the longest")
@@ -217,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"ETA lateness: {args.steps} retries due {args.min_delay:g}-{args.max_delay:g}s ahead, "
         f"prefork x{args.concurrency}, beat in toolsafe's worker, "
         f"TOOLSAFE_ETA_JITTER={args.jitter:g}"
+        + (f", TOOLSAFE_MAX_ETA={args.max_eta:g}" if args.max_eta is not None else "")
         + (" (the jitter's intended spread is not removed)" if args.jitter else "")
     )
     late: dict[str, list[float]] = {"plain": [], "toolsafe": []}
