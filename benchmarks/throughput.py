@@ -338,8 +338,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
     )
+    parser.add_argument(
+        "--drop-index",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="drop this index of the steps table after the migration (PostgreSQL; repeat "
+        "for several): what its upkeep costs the hot path",
+    )
     add_service_options(parser)
     return parser
+
+
+def drop_indexes(database: BenchDatabase, names: Sequence[str]) -> None:
+    """Drop the named indexes of ``steps``; an unknown name stops the run."""
+    with database.connect() as conn:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'steps'")
+        existing = {str(row[0]) for row in rows.fetchall()}
+    unknown = sorted(set(names) - existing)
+    if unknown:
+        raise BenchError(
+            f"--drop-index: the steps table has no index {', '.join(unknown)}; "
+            f"it has {', '.join(sorted(existing))}"
+        )
+    for name in names:
+        database.execute(f'DROP INDEX "{name}"')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -362,6 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="toolsafe-bench-") as tmp,
     ):
         database.execute(baseline.CALLS_TABLE_DDL)
+        if args.drop_index:
+            if args.store != "postgresql":
+                raise BenchError("--drop-index applies to the PostgreSQL store")
+            drop_indexes(database, args.drop_index)
+            print(f"# dropped indexes: {', '.join(args.drop_index)}", flush=True)
         for round_number in args.repeat_values:
             for mode in modes:
                 run = run_mode(mode, args, broker, database, Path(tmp))
