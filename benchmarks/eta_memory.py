@@ -164,8 +164,8 @@ def measure(
     with worker, beat:
         worker.wait_ready()
         beat.wait_ready()
-        time.sleep(2.0)  # a few ticks of the release timer
-        settled(client, database, 3.0, 180)
+        time.sleep(args.settle)  # a few ticks of the release timer
+        settled(client, database, args.settle, 180)
         rss = group_rss_kib(worker)
         released = published(database)
         taken = released - int(client.llen(EXECUTE_QUEUE))
@@ -196,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--modes", default="parked,held", help=f"of {','.join(MODES)}; the first is the target's"
     )
     parser.add_argument("--due-timeout", type=float, default=15.0)
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds the queue must stay unchanged"
+    )
     add_service_options(parser)
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()]

@@ -66,7 +66,7 @@ def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
 def test_eta_memory_measures_both_backlogs(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
         "eta_memory", pg_url, redis_url, "--sizes", "20,60", "--modes", "parked",
-        "--due-timeout", "20",
+        "--due-timeout", "20", "--settle", "1.2",
     )  # fmt: skip
     assert (
         "parked backlog      20: worker RSS" in out and "parked backlog      60: worker RSS" in out
