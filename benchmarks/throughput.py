@@ -65,6 +65,7 @@ class Run:
     worker_cpu: float
     database_cpu: float
     ready_seconds: float
+    drain_wal_bytes: float = 0.0  # PostgreSQL WAL written during the drain (0 on SQLite)
 
     @property
     def e2e_rate(self) -> float:
@@ -216,7 +217,11 @@ def run_mode(
             if not reply:
                 raise BenchError(f"the {mode} worker did not answer cancel_consumer")
 
+            wal: list[float] = []
+
             def resume() -> None:
+                if sqlite_file is None:
+                    wal.append(wal_position(database))
                 target.app.control.add_consumer(
                     target.consume_queue, destination=destination, reply=False
                 )
@@ -224,6 +229,8 @@ def run_mode(
             drain_start, _, drain_end = _batch(
                 target, broker, database, args.steps, before_wait=resume
             )
+            if wal:
+                wal.append(wal_position(database))
     finally:
         target.close()
     return Run(
@@ -235,7 +242,16 @@ def run_mode(
         worker_cpu=cpu_after - cpu_before,
         database_cpu=db_after - db_before,
         ready_seconds=ready,
+        drain_wal_bytes=wal[-1] - wal[0] if len(wal) == 2 else 0.0,
     )
+
+
+def wal_position(database: BenchDatabase) -> float:
+    """The server's WAL write position in bytes (the run's database is the only busy one,
+    so the difference over a drain is what the worker's transactions wrote)."""
+    with database.connect() as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return float(str(row[0])) if row else 0.0
 
 
 def _hostname() -> str:
@@ -257,7 +273,7 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
     print("end-to-end batch, in the worker's processes and in PostgreSQL's backends")
     print(
         f"{'mode':38} {'e2e/s':>7} {'ms/step':>7} {'drain/s':>7} {'ms/step':>7} "
-        f"{'wCPU':>6} {'dbCPU':>6} {'submit ms':>9}"
+        f"{'wCPU':>6} {'dbCPU':>6} {'submit ms':>9} {'WAL B/step':>10}"
     )
     for mode, runs in results.items():
         e2e = _median(runs, lambda r: r.e2e_rate)
@@ -265,9 +281,10 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
         cpu = _median(runs, _per_step("worker_cpu"))
         db_cpu = _median(runs, _per_step("database_cpu"))
         submit = _median(runs, _per_step("submit_seconds"))
+        wal = _median(runs, lambda r: r.drain_wal_bytes / r.steps)
         print(
             f"{LABELS[mode]:38} {e2e:7.1f} {1000 / e2e:7.2f} {drain:7.1f} {1000 / drain:7.2f} "
-            f"{cpu:6.2f} {db_cpu:6.2f} {submit:9.3f}"
+            f"{cpu:6.2f} {db_cpu:6.2f} {submit:9.3f} {wal:10.0f}"
         )
     if len(args.repeat_values) > 1:
         print("\nall runs (e2e/s, drain/s):")
