@@ -396,8 +396,9 @@ def sweep(
     for notice in resend:
         hints.escalation(notice.operation_ref)
         _event("escalation_resent", notice.operation_ref, sends=notice.sends)
-    # The release timer's work too, in case beat runs without it (tasks/release.py).
-    released = release(runtime, hints, now)
+    # The release timer's work too, in case beat runs without it (tasks/release.py):
+    # one batch, so a burst of due delays never holds the sweep past its time limit.
+    released = release(runtime, hints, now, batches=1)
     counts = {
         "expired": len(expired),
         "republished": len(due),
@@ -409,7 +410,7 @@ def sweep(
     return counts
 
 
-def release(runtime: Runtime, hints: Hints, now: datetime) -> int:
+def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | None = None) -> int:
     """Parked delays out to the broker: the hints of waiting steps due within
     ``TOOLSAFE_MAX_ETA``, each with its due time as ETA (R6); returns how many went out.
 
@@ -418,11 +419,14 @@ def release(runtime: Runtime, hints: Hints, now: datetime) -> int:
     before it falls due, so it reaches a worker ahead of time and runs at ``due_at`` as
     precisely as any ETA message, while workers hold no more of the future than
     ``max_eta``. A hint lost after its release is re-published by ``due_work``.
+    ``batches`` bounds the work (``TOOLSAFE_SWEEP_BATCH`` steps each); None: until done.
     """
     settings = runtime.settings
     horizon = now + timedelta(seconds=settings.max_eta)
     released = 0
-    while True:
+    while batches is None or batches > 0:
+        if batches is not None:
+            batches -= 1
         batch = runtime.store.release_parked(now, horizon, limit=settings.sweep_batch)
         for step in batch:
             if step.state is StepState.VERIFYING:
@@ -431,4 +435,5 @@ def release(runtime: Runtime, hints: Hints, now: datetime) -> int:
                 hints.execute(step.operation_ref, step.due_at, now, tool=step.tool)
         released += len(batch)
         if len(batch) < settings.sweep_batch:
-            return released
+            break
+    return released

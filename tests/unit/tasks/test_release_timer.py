@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -92,3 +92,26 @@ def test_a_failing_release_is_logged_once_and_the_timer_goes_on(
     assert events == ["release_failed", "release_resumed"]
     assert "ConnectionError" in caplog.records[0].getMessage()
     assert "gone" not in caplog.text  # the type, never the message
+
+
+def test_a_sweep_releases_one_batch_the_timer_all_of_them() -> None:
+    adapter = ScriptedAdapter()
+    settings = Settings(sweep_batch=2)
+    runtime, store = memory_runtime(adapter, settings)
+    hints = RecordingHints(max_eta=settings.max_eta)
+    for n in range(5):
+        ref = f"run_9/step_{n}"
+        runtime.store.submit(
+            TOOL, INPUT, operation_ref=ref, policy=runtime.policy_for(TOOL), now=now()
+        )
+        adapter.answers.append(retry_in(settings.max_eta + 5))
+        assert pipeline.execute(runtime, hints, ref) == "run"
+    assert hints.take() == []
+    later = now() + timedelta(seconds=10)  # all five due within max_eta of this
+    assert pipeline.release(runtime, hints, later, batches=1) == 2
+    assert pipeline.release(runtime, hints, later) == 3
+    assert sorted(hint.operation_ref for hint in hints.take()) == [
+        f"run_9/step_{n}" for n in range(5)
+    ]
+    waiting = store.list_steps(None, limit=10)
+    assert len(waiting) == 5 and all(step.published_at == step.due_at for step in waiting)
