@@ -125,43 +125,49 @@ class MemorySweeper:
             raise ValueError("republish_after must be positive, or every sweep republishes")
         cutoff = now - republish_after
         stamp = utc(now)
-        with self._tables.transaction():
-            due = sorted(
-                (
-                    step
-                    for step in self._tables.steps.values()
-                    if step.state in WORK_STATES
-                    and step.due_at is not None
-                    and step.due_at <= now
-                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
-                    and (step.published_at is None or step.published_at <= cutoff)
-                ),
-                key=lambda step: (step.due_at, step.id),
-            )
-            marked = [replace(step, published_at=stamp) for step in due[: max(limit, 0)]]
-            for step in marked:
-                self._tables.put(step)  # bookkeeping: no version, no event
-        return marked
+        return self._hand_out(
+            lambda step: (
+                step.state in WORK_STATES
+                and step.due_at is not None
+                and step.due_at <= now
+                and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                and (step.published_at is None or step.published_at <= cutoff)
+            ),
+            lambda _step: stamp,
+            limit,
+        )
 
     def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
         if horizon < now:
             raise ValueError("horizon must not be before now")
+        return self._hand_out(
+            lambda step: (
+                step.state in DUE_LATER
+                and step.due_at is not None
+                and step.due_at <= horizon
+                and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                and (step.published_at is None or step.published_at < step.due_at)
+            ),
+            lambda step: step.due_at,
+            limit,
+        )
+
+    def _hand_out(
+        self,
+        chosen: Callable[[StepRecord], bool],
+        stamp: Callable[[StepRecord], datetime | None],
+        limit: int,
+    ) -> list[StepRecord]:
+        """The steps ``chosen`` holds, oldest due first, each stamped ``published_at``
+        (bookkeeping: no version, no event), as ``sweep.hand_out`` in SQL."""
         with self._tables.transaction():
             due = sorted(
-                (
-                    step
-                    for step in self._tables.steps.values()
-                    if step.state in DUE_LATER
-                    and step.due_at is not None
-                    and step.due_at <= horizon
-                    and (step.lease_expires_at is None or step.lease_expires_at <= now)
-                    and (step.published_at is None or step.published_at < step.due_at)
-                ),
+                (step for step in self._tables.steps.values() if chosen(step)),
                 key=lambda step: (step.due_at, step.id),
             )
-            marked = [replace(step, published_at=step.due_at) for step in due[: max(limit, 0)]]
+            marked = [replace(step, published_at=stamp(step)) for step in due[: max(limit, 0)]]
             for step in marked:
-                self._tables.put(step)  # bookkeeping: no version, no event
+                self._tables.put(step)
         return marked
 
     def mark_published(self, operation_ref: str, now: datetime) -> None:

@@ -106,13 +106,22 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
         or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
         or_(steps.c.published_at.is_(None), steps.c.published_at <= cutoff),
     )
+    return hand_out(conn, guard, limit=limit, published_at=now, name="due_candidates")
+
+
+def hand_out(
+    conn: Connection, guard: Any, *, limit: int, published_at: Any, name: str
+) -> list[Row[Any]]:
+    """The steps ``guard`` holds, oldest due first, stamped ``published_at``: locked
+    candidates (``SKIP LOCKED`` on PostgreSQL), then a compare-and-set on the same guard,
+    so two callers never both return a step (``due_work``, ``release_parked``)."""
     # Oldest due first; the id breaks ties, so equal due times hand out the same steps
     # in the same order on every database and every run.
     candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
         candidates = candidates.with_for_update(skip_locked=True)
-    chosen = candidates.cte("due_candidates")
+    chosen = candidates.cte(name)
     if postgres:
         # Evaluated once: as a plain IN (subquery) PostgreSQL may rescan it per row,
         # and rows this statement already updated then drop out of the locked LIMIT.
@@ -120,7 +129,7 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
     statement = (
         update(steps)
         .where(steps.c.id.in_(select(chosen.c.id)), guard)
-        .values(published_at=now)
+        .values(published_at=published_at)
         .returning(*steps.c)
     )
     rows = conn.execute(statement).all()
@@ -154,23 +163,13 @@ def release_parked(
     an ETA hint with its due time), so ``published_at < due_at`` says no hint for this
     due time has gone out: the delay is parked here, not in the broker. Stamping
     ``due_at`` makes ``due_work``'s rule (re-publish ``republish_after`` past the
-    stamp) cover a released hint that gets lost. Same shape as ``due_work``: locked
-    candidates, then a compare-and-set on the same guard, so two releasers never both
-    return a step.
+    stamp) cover a released hint that gets lost. Two releasers never both return a step
+    (``hand_out``).
     """
-    guard = parked_guard(now, horizon)
-    candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
-    postgres = conn.dialect.name == "postgresql"
-    if postgres:
-        candidates = candidates.with_for_update(skip_locked=True)
-    chosen = candidates.cte("parked_candidates")
-    if postgres:
-        chosen = chosen.prefix_with("MATERIALIZED")
-    statement = (
-        update(steps)
-        .where(steps.c.id.in_(select(chosen.c.id)), guard)
-        .values(published_at=steps.c.due_at)
-        .returning(*steps.c)
+    return hand_out(
+        conn,
+        parked_guard(now, horizon),
+        limit=limit,
+        published_at=steps.c.due_at,
+        name="parked_candidates",
     )
-    rows = conn.execute(statement).all()
-    return sorted(rows, key=lambda row: (row.due_at, row.id))

@@ -54,14 +54,10 @@ MINUTE = timedelta(minutes=1)
 LATER = T0 + timedelta(minutes=5)
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest) -> StorePort:
+@pytest.fixture
+def store(any_store: StorePort) -> StorePort:
     """Each implementation of the port, empty."""
-    if request.param == "memory":
-        return MemoryStore(rng=random.Random(0))
-    name = "pg_store" if request.param == "postgresql" else "sqlite_store"
-    found: StepStore = request.getfixturevalue(name)
-    return found
+    return any_store
 
 
 def set_columns(store: StorePort, ref: str, **values: Any) -> None:

@@ -23,21 +23,17 @@ from tests.support.recovery.store_support import (
 )
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import MemoryStore, StepRecord, StepStore, StorePort
+from toolsafe.recovery.store import StepRecord, StorePort
 
 S = StepState
 MINUTE = timedelta(minutes=1)
 DUE = T0 + timedelta(minutes=10)
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest) -> StorePort:
+@pytest.fixture
+def store(any_store: StorePort) -> StorePort:
     """Each implementation of the port, empty."""
-    if request.param == "memory":
-        return MemoryStore(rng=random.Random(0))
-    name = "pg_store" if request.param == "postgresql" else "sqlite_store"
-    found: StepStore = request.getfixturevalue(name)
-    return found
+    return any_store
 
 
 def submit(store: StorePort, ref: str) -> None:

@@ -1,8 +1,10 @@
 """Store fixtures: one migrated PostgreSQL database for the store tests (emptied before
-each test) and a migrated SQLite file copied per test."""
+each test), a migrated SQLite file copied per test, and every implementation of the
+port in turn (``any_store``: memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ from sqlalchemy import Engine, delete
 
 from toolsafe.recovery.db import make_engine, migrate, normalize_url
 from toolsafe.recovery.schema import escalation_outbox, step_events, steps
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store import MemoryStore, StepStore, StorePort
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +80,16 @@ def sqlite_store(sqlite_url: str) -> Iterator[StepStore]:
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
 def store(request: pytest.FixtureRequest) -> StepStore:
     """The store on each backend."""
+    name = "pg_store" if request.param == "postgresql" else "sqlite_store"
+    found: StepStore = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_store(request: pytest.FixtureRequest) -> StorePort:
+    """Each implementation of the port, empty (the contract tests run on all three)."""
+    if request.param == "memory":
+        return MemoryStore(rng=random.Random(0))
     name = "pg_store" if request.param == "postgresql" else "sqlite_store"
     found: StepStore = request.getfixturevalue(name)
     return found
