@@ -98,7 +98,9 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
             # Lost hints (a broker flush) are republished after this; well above the
             # queue's latency, or every queued step would be published again and again.
             "TOOLSAFE_REPUBLISH_AFTER": "15",
-            "TOOLSAFE_MAX_ETA": "5",
+            # Below the retry and lookup delays (up to 2 s): most of them are parked in
+            # the store and sent by the release timer, so its path is under the faults too.
+            "TOOLSAFE_MAX_ETA": "1",
             "TOOLSAFE_VISIBILITY_TIMEOUT": "150",
             "TOOLSAFE_RETRY_BASE_DELAY": "0.2",
             "TOOLSAFE_RETRY_MAX_DELAY": "2",
