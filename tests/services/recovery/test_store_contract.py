@@ -1,14 +1,13 @@
 """The store port's contract, run against every implementation: the in-memory store,
 SQLite and PostgreSQL. The same functions, the same answers: guarded transitions, zero
-rows as an answer, versions, leases, due times, one event per change (R2-R10)."""
+rows as an answer, versions, leases, due times, one event per change (R2-R10). The
+sweeper's side is in test_store_contract_sweeper.py, the agents' and operators' actions
+in test_store_contract_actions.py; the helpers in tests/support/recovery/contract_support.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import random
 import threading
-from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -16,27 +15,35 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy.exc import StatementError
 
+from tests.support.recovery.contract_support import (
+    LATER,
+    MINUTE,
+    REF,
+    S,
+    after,
+    claimed,
+    last,
+    rng,
+    set_columns,
+    submit,
+    verifying,
+)
 from tests.support.recovery.store_support import (
-    BLIND_WRITE,
     INPUT,
     LEASE,
     POLICY,
-    READ,
     T0,
     WRITE,
     correct_input,
     escalate,
-    force,
     needs_approval,
     retry_later,
     success,
-    unknown,
 )
 from toolsafe.adapters.envelope import to_wire
-from toolsafe.adapters.protocol import FieldError, LookupFound, LookupNotFound, LookupUnavailable
+from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.recovery.counts import compute_counts
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
-from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import (
     Claim,
@@ -48,77 +55,11 @@ from toolsafe.recovery.store import (
     StorePort,
 )
 
-S = StepState
-REF = "run_81/step_4"
-MINUTE = timedelta(minutes=1)
-LATER = T0 + timedelta(minutes=5)
-
 
 @pytest.fixture
 def store(any_store: StorePort) -> StorePort:
     """Each implementation of the port, empty."""
     return any_store
-
-
-def set_columns(store: StorePort, ref: str, **values: Any) -> None:
-    """Rows that only old data or another writer could produce, on any implementation."""
-    if isinstance(store, StepStore):
-        force(store, ref, **{k: v.value if isinstance(v, S) else v for k, v in values.items()})
-    else:
-        assert isinstance(store, MemoryStore)
-        store._tables.steps[ref] = dataclasses.replace(store._tables.steps[ref], **values)
-
-
-def rng() -> random.Random:
-    return random.Random(7)
-
-
-def submit(store: StorePort, ref: str = REF, **kwargs: Any) -> None:
-    kwargs.setdefault("now", T0)
-    store.submit(
-        "create_invoice", {**INPUT, "ref": ref}, operation_ref=ref, policy=POLICY, **kwargs
-    )
-
-
-def claimed(store: StorePort, ref: str = REF, now: datetime = T0) -> Claim:
-    submit(store, ref, now=now)
-    claim = store.claim_execution(ref, "worker-1", LEASE, now)
-    assert claim is not None
-    return claim
-
-
-def after(
-    store: StorePort, envelope_for: Callable[[str], Any], ref: str = REF, traits: Any = WRITE
-) -> None:
-    claim = claimed(store, ref)
-    store.record(
-        claim, Executed(envelope_for(ref)), traits=traits, policy=POLICY, now=T0, rng=rng()
-    )
-
-
-def verifying(store: StorePort, ref: str = REF) -> datetime:
-    after(store, unknown, ref)
-    step = store.get(ref)
-    assert step.state is S.VERIFYING and step.due_at is not None
-    return step.due_at
-
-
-def last(store: StorePort, ref: str = REF) -> tuple[str, Any, Any, dict[str, Any]]:
-    event = store.events(ref)[-1]
-    return event.kind, event.from_state, event.to_state, event.detail
-
-
-def unchanged(store: StorePort, ref: str, call: Callable[[], Any]) -> TransitionRefused:
-    """Run a refused action; it wrote nothing."""
-    before, events = store.get(ref), store.events(ref)
-    with pytest.raises(TransitionRefused) as raised:
-        call()
-    assert store.get(ref) == before and store.events(ref) == events
-    return raised.value
-
-
-def valid(_: Mapping[str, Any]) -> list[FieldError]:
-    return []
 
 
 PORT_METHODS = sorted(
@@ -567,330 +508,6 @@ def test_each_state_change_appends_exactly_its_event(store: StorePort) -> None:
     ]
     assert [e.id for e in events] == sorted(e.id for e in events)
     assert store.get(REF).version == 4  # one version per change, none for the submit
-
-
-# ------------------------------------------------------------------ the sweeper
-
-
-def test_expired_execution_lease_goes_to_verification(store: StorePort) -> None:
-    claimed(store)
-    just_before = T0 + LEASE - timedelta(microseconds=1)
-    assert store.expire_leases(just_before, lambda _: WRITE, lambda _: POLICY) == []
-    [recorded] = store.expire_leases(T0 + LEASE, lambda _: WRITE, lambda _: POLICY, rng=rng())
-    step = recorded.step
-    assert (step.state, step.commit_state, step.lease_owner, step.attempts) == (
-        S.VERIFYING,
-        "unknown",
-        None,
-        1,
-    )
-    assert store.get(REF) == step and recorded.decision.action == "verify"
-    kind, src, dst, detail = last(store)
-    assert (kind, src, dst) == ("lease_expired", S.IN_FLIGHT, S.VERIFYING)
-    assert detail["owner"] == "worker-1"
-    assert detail["lease_expires_at"] == (T0 + LEASE).isoformat()
-    # Never straight back to execution (R4), and not expired twice.
-    assert store.claim_execution(REF, "worker-2", LEASE, T0 + MINUTE) is None
-    assert store.expire_leases(T0 + MINUTE, lambda _: WRITE, lambda _: POLICY) == []
-
-
-@pytest.mark.parametrize(("traits", "state"), [(BLIND_WRITE, S.ESCALATED), (READ, S.WAITING_RETRY)])
-def test_expired_lease_follows_the_tools_traits(
-    store: StorePort, traits: ToolTraits, state: StepState
-) -> None:
-    claimed(store)
-    [recorded] = store.expire_leases(T0 + LEASE, lambda _: traits, lambda _: POLICY)
-    assert recorded.step.state is state
-
-
-def test_expired_verification_lease_is_released(store: StorePort) -> None:
-    due = verifying(store)
-    assert store.claim_verification(REF, "checker", LEASE, due) is not None
-    [recorded] = store.expire_leases(due + LEASE, lambda _: WRITE, lambda _: POLICY)
-    assert (recorded.step.state, recorded.step.lease_owner) == (S.VERIFYING, None)
-    assert recorded.step.due_at == due + LEASE
-    assert store.claim_verification(REF, "checker-2", LEASE, due + LEASE) is not None
-
-
-def test_expire_leases_respects_its_limit_oldest_first(store: StorePort) -> None:
-    for index in range(5):
-        claimed(store, f"r{index}", T0 + timedelta(seconds=index))
-    late = T0 + MINUTE
-    first = store.expire_leases(late, lambda _: WRITE, lambda _: POLICY, limit=3)
-    second = store.expire_leases(late, lambda _: WRITE, lambda _: POLICY, limit=3)
-    assert [r.step.operation_ref for r in first] == ["r0", "r1", "r2"]
-    assert [r.step.operation_ref for r in second] == ["r3", "r4"]
-
-
-def test_due_work_publishes_each_due_step_once_per_interval(store: StorePort) -> None:
-    for index in range(3):
-        submit(store, f"r{index}", now=T0 + timedelta(seconds=index))
-    submit(store, "future", now=T0 + 2 * MINUTE)
-    now = T0 + timedelta(seconds=2)
-    due = store.due_work(now, limit=10, republish_after=MINUTE)
-    assert [step.operation_ref for step in due] == ["r0", "r1", "r2"]
-    assert all(step.published_at == now and step.version == 1 for step in due)
-    assert [store.get(step.operation_ref) for step in due] == due
-    assert store.due_work(now + timedelta(seconds=59), limit=10, republish_after=MINUTE) == []
-    again = store.due_work(now + MINUTE, limit=2, republish_after=MINUTE)
-    assert [step.operation_ref for step in again] == ["r0", "r1"]
-    assert [e.kind for e in store.events("r0")] == ["submitted"]  # bookkeeping, no event
-
-
-def test_due_work_skips_leased_in_flight_and_waiting_steps(store: StorePort) -> None:
-    due = verifying(store, "checking")
-    assert store.claim_verification("checking", "checker", LEASE, due) is not None
-    claimed(store, "running", due)
-    after(store, correct_input, "human")
-    submit(store, "future", now=due + MINUTE)
-    assert store.due_work(due, limit=10, republish_after=MINUTE) == []
-    later = store.due_work(due + MINUTE, limit=10, republish_after=MINUTE)
-    assert {step.operation_ref for step in later} == {"checking", "future"}
-    assert {step.state for step in later} == {S.VERIFYING, S.PENDING}
-
-
-def test_a_stamped_step_is_left_to_the_sweeper_until_republish_after(store: StorePort) -> None:
-    submit(store, published_at=T0)
-    wait = timedelta(seconds=30)
-    assert store.due_work(T0 + timedelta(seconds=29), limit=10, republish_after=wait) == []
-    [due] = store.due_work(T0 + wait, limit=10, republish_after=wait)
-    assert due.operation_ref == REF and due.published_at == T0 + wait
-
-
-def test_due_work_needs_a_positive_republish_interval(store: StorePort) -> None:
-    with pytest.raises(ValueError, match="republish_after"):
-        store.due_work(T0, limit=1, republish_after=timedelta(0))
-
-
-def test_mark_published(store: StorePort) -> None:
-    submit(store)
-    store.mark_published(REF, T0 + MINUTE)
-    step = store.get(REF)
-    assert step.published_at == T0 + MINUTE and step.version == 1
-    assert len(store.events(REF)) == 1
-    assert store.due_work(T0 + MINUTE, 10, MINUTE) == []
-    with pytest.raises(StepNotFound):
-        store.mark_published("ghost", T0)
-
-
-# ------------------------------------------------------------------ agents and operators
-
-
-def test_provide_input_sends_the_corrected_call_under_the_same_ref(store: StorePort) -> None:
-    after(store, correct_input)
-    old = store.get(REF)
-    fixed = {**old.input, "recipient_email": "billing@example.com"}
-    recorded = store.provide_input(
-        REF, fixed, validate=valid, traits=WRITE, policy=POLICY, now=LATER
-    )
-    step = recorded.step
-    assert (step.state, step.operation_ref, step.input, step.due_at) == (
-        S.PENDING,
-        REF,
-        fixed,
-        LATER,
-    )
-    assert step.input_hash != old.input_hash and recorded.decision.input_hash == step.input_hash
-    assert step.attempts == old.attempts and step.version == old.version + 1
-    kind, src, dst, detail = last(store)
-    assert (kind, src, dst) == ("input_provided", S.NEEDS_INPUT, S.PENDING)
-    assert detail["input_hash"] == step.input_hash
-    assert detail["changed_fields"] == ["recipient_email"]
-    assert "billing@example.com" not in str(detail)
-    assert store.claim_execution(REF, "worker-2", LEASE, LATER) is not None
-
-
-def test_provide_input_refusals(store: StorePort) -> None:
-    after(store, correct_input)
-    data = store.get(REF).input
-
-    def send(new: Mapping[str, Any], validate: Any = valid, ref: str = REF) -> Any:
-        return lambda: store.provide_input(
-            ref, new, validate=validate, traits=WRITE, policy=POLICY, now=LATER
-        )
-
-    def invalid(_: Mapping[str, Any]) -> list[FieldError]:
-        return [FieldError("recipient_email", "VALUE_ERROR")]
-
-    same = dict(reversed(list(data.items())))
-    assert unchanged(store, REF, send(same)).code == "IDENTICAL_INPUT"
-    assert unchanged(store, REF, send({**data, "amount": 5})).code == "FLAGGED_FIELD_UNCHANGED"
-    fixed = {**data, "recipient_email": "x"}
-    assert unchanged(store, REF, send(fixed, invalid)).code == "CORRECTED_INPUT_INVALID"
-    submit(store, "fresh")
-    assert unchanged(store, "fresh", send({"a": 1}, ref="fresh")).code == "NOT_NEEDS_INPUT"
-    with pytest.raises(StepNotFound):
-        send({}, ref="ghost")()
-
-
-def test_approve_binds_to_the_input_hash(store: StorePort) -> None:
-    after(store, needs_approval)
-    step = store.get(REF)
-    assert step.state is S.AWAITING_APPROVAL and step.approval_input_hash == step.input_hash
-
-    def approve(digest: str) -> Any:
-        return store.approve(
-            REF,
-            approver="ops@example.com",
-            reason="customer confirmed",
-            input_hash=digest,
-            traits=WRITE,
-            policy=POLICY,
-            now=LATER,
-        )
-
-    assert unchanged(store, REF, lambda: approve("sha256:other")).code == "APPROVAL_INPUT_MISMATCH"
-    recorded = approve(step.input_hash)
-    assert (recorded.step.state, recorded.step.due_at) == (S.PENDING, LATER)
-    kind, src, dst, detail = last(store)
-    assert (kind, src, dst) == ("approved", S.AWAITING_APPROVAL, S.PENDING)
-    assert (detail["approver"], detail["reason"], detail["input_hash"]) == (
-        "ops@example.com",
-        "customer confirmed",
-        step.input_hash,
-    )
-    assert unchanged(store, REF, lambda: approve(step.input_hash)).code == "NOT_AWAITING_APPROVAL"
-
-
-def test_reject_fails_the_step(store: StorePort) -> None:
-    after(store, needs_approval)
-
-    def reject() -> Any:
-        return store.reject(
-            REF, approver="ops", reason="not this one", traits=WRITE, policy=POLICY, now=LATER
-        )
-
-    recorded = reject()
-    assert (recorded.step.state, recorded.step.reason) == (S.FAILED, "REJECTED")
-    kind, _src, dst, detail = last(store)
-    assert (kind, dst, detail["approver"], detail["reason"]) == (
-        "rejected",
-        S.FAILED,
-        "ops",
-        "not this one",
-    )
-    assert unchanged(store, REF, reject).code == "NOT_AWAITING_APPROVAL"
-    with pytest.raises(StepNotFound):
-        store.reject("ghost", approver="o", reason="r", traits=WRITE, policy=POLICY, now=LATER)
-
-
-def test_cancel_a_waiting_step_but_not_a_running_one(store: StorePort) -> None:
-    submit(store, "r1")
-    recorded = store.cancel(
-        "r1", by="agent-7", reason="plan changed", traits=WRITE, policy=POLICY, now=LATER
-    )
-    assert recorded.step.state is S.CANCELLED and recorded.step.due_at is None
-    kind, src, dst, detail = last(store, "r1")
-    assert (kind, src, dst, detail["by"], detail["reason"]) == (
-        "cancelled",
-        S.PENDING,
-        S.CANCELLED,
-        "agent-7",
-        "plan changed",
-    )
-    claimed(store, "r2")
-
-    def cancel() -> Any:
-        return store.cancel("r2", by="a", reason="r", traits=WRITE, policy=POLICY, now=LATER)
-
-    assert unchanged(store, "r2", cancel).code == "NOT_CANCELLABLE"
-    with pytest.raises(StepNotFound):
-        store.cancel("ghost", by="a", reason="r", traits=WRITE, policy=POLICY, now=LATER)
-
-
-@pytest.mark.parametrize("to", [S.SUCCEEDED, S.FAILED])
-def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> None:
-    after(store, escalate)
-    assert store.get(REF).state is S.ESCALATED
-    recorded = store.resolve(
-        REF,
-        operator="oncall",
-        reason="checked the ledger",
-        to=to,
-        traits=WRITE,
-        policy=POLICY,
-        now=LATER,
-        evidence="ledger/81" if to is S.SUCCEEDED else None,
-    )
-    assert recorded.step.state is to
-    kind, src, dst, detail = last(store)
-    assert (kind, src, dst) == ("resolved", S.ESCALATED, to)
-    assert (detail["operator"], detail["reason"], detail["to"]) == (
-        "oncall",
-        "checked the ledger",
-        to.value,
-    )
-    assert detail.get("evidence") == ("ledger/81" if to is S.SUCCEEDED else None)
-
-
-def test_resolve_refuses_what_an_honest_resolution_lacks(store: StorePort) -> None:
-    after(store, unknown, traits=BLIND_WRITE)  # a write whose outcome is unknown
-
-    def resolve(to: StepState, **proof: Any) -> Any:
-        return store.resolve(
-            REF, operator="o", reason="r", to=to, traits=BLIND_WRITE, policy=POLICY, now=LATER,
-            **proof,
-        )  # fmt: skip
-
-    assert unchanged(store, REF, lambda: resolve(S.SUCCEEDED)).code == "EVIDENCE_REQUIRED"
-    assert unchanged(store, REF, lambda: resolve(S.FAILED)).code == "NOT_WRITTEN_UNCONFIRMED"
-    recorded = resolve(S.FAILED, confirm_not_written=True)
-    assert (recorded.step.state, recorded.step.commit_state) == (S.FAILED, "not_committed")
-    kind, _, _, detail = last(store)
-    assert (kind, detail["confirm_not_written"]) == ("resolved", True)
-
-
-def test_resolve_re_drives_with_a_fresh_budget(store: StorePort) -> None:
-    after(store, escalate)
-    recorded = store.resolve(
-        REF, operator="oncall", reason="fixed", to=S.PENDING, traits=WRITE, policy=POLICY, now=LATER
-    )
-    assert recorded.step.state is S.PENDING
-    assert recorded.step.max_attempts == recorded.step.attempts + POLICY.retry.max_attempts
-    claim = store.claim_execution(REF, "worker-2", LEASE, LATER)
-    assert claim is not None and claim.step.attempts == 2
-
-
-def test_resolve_re_drive_of_an_unknown_outcome_verifies_first(store: StorePort) -> None:
-    after(store, unknown, traits=BLIND_WRITE)  # no lookup: escalated at once
-    step = store.get(REF)
-    assert (step.state, step.commit_state) == (S.ESCALATED, "unknown")
-    recorded = store.resolve(
-        REF,
-        operator="oncall",
-        reason="lookup added",
-        to=S.PENDING,
-        traits=WRITE,
-        policy=POLICY,
-        now=LATER,
-    )
-    assert (recorded.step.state, recorded.step.commit_state) == (S.VERIFYING, "unknown")
-
-
-def test_resolve_refusals(store: StorePort) -> None:
-    submit(store, "r1")
-
-    def resolve() -> Any:
-        return store.resolve(
-            "r1", operator="o", reason="r", to=S.FAILED, traits=WRITE, policy=POLICY, now=LATER
-        )
-
-    assert unchanged(store, "r1", resolve).code == "NOT_ESCALATED"
-    with pytest.raises(StepNotFound):
-        store.resolve(
-            "ghost", operator="o", reason="r", to=S.FAILED, traits=WRITE, policy=POLICY, now=LATER
-        )
-
-
-def test_due_work_hands_out_the_longest_due_first(store: StorePort) -> None:
-    submit(store, "second", now=T0 + timedelta(seconds=5))
-    submit(store, "first", now=T0 + timedelta(seconds=1))
-    now = T0 + MINUTE
-    [due] = store.due_work(now, limit=1, republish_after=MINUTE)
-    assert due.operation_ref == "first"
-    [due] = store.due_work(now, limit=1, republish_after=MINUTE)
-    assert due.operation_ref == "second"
-    assert store.due_work(now, limit=1, republish_after=MINUTE) == []
 
 
 def test_of_many_threads_claiming_at_once_exactly_one_wins(store: StorePort) -> None:

@@ -1,0 +1,253 @@
+"""The store port's contract for the agents' and operators' actions, on every
+implementation: corrected input, approvals, cancel and resolve, each refused one
+writing nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tests.support.recovery.contract_support import (
+    LATER,
+    REF,
+    S,
+    after,
+    claimed,
+    last,
+    submit,
+    unchanged,
+    valid,
+)
+from tests.support.recovery.store_support import (
+    BLIND_WRITE,
+    LEASE,
+    POLICY,
+    WRITE,
+    correct_input,
+    escalate,
+    needs_approval,
+    unknown,
+)
+from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import (
+    StepNotFound,
+    StorePort,
+)
+
+
+@pytest.fixture
+def store(any_store: StorePort) -> StorePort:
+    """Each implementation of the port, empty."""
+    return any_store
+
+
+# ------------------------------------------------------------------ agents and operators
+
+
+def test_provide_input_sends_the_corrected_call_under_the_same_ref(store: StorePort) -> None:
+    after(store, correct_input)
+    old = store.get(REF)
+    fixed = {**old.input, "recipient_email": "billing@example.com"}
+    recorded = store.provide_input(
+        REF, fixed, validate=valid, traits=WRITE, policy=POLICY, now=LATER
+    )
+    step = recorded.step
+    assert (step.state, step.operation_ref, step.input, step.due_at) == (
+        S.PENDING,
+        REF,
+        fixed,
+        LATER,
+    )
+    assert step.input_hash != old.input_hash and recorded.decision.input_hash == step.input_hash
+    assert step.attempts == old.attempts and step.version == old.version + 1
+    kind, src, dst, detail = last(store)
+    assert (kind, src, dst) == ("input_provided", S.NEEDS_INPUT, S.PENDING)
+    assert detail["input_hash"] == step.input_hash
+    assert detail["changed_fields"] == ["recipient_email"]
+    assert "billing@example.com" not in str(detail)
+    assert store.claim_execution(REF, "worker-2", LEASE, LATER) is not None
+
+
+def test_provide_input_refusals(store: StorePort) -> None:
+    after(store, correct_input)
+    data = store.get(REF).input
+
+    def send(new: Mapping[str, Any], validate: Any = valid, ref: str = REF) -> Any:
+        return lambda: store.provide_input(
+            ref, new, validate=validate, traits=WRITE, policy=POLICY, now=LATER
+        )
+
+    def invalid(_: Mapping[str, Any]) -> list[FieldError]:
+        return [FieldError("recipient_email", "VALUE_ERROR")]
+
+    same = dict(reversed(list(data.items())))
+    assert unchanged(store, REF, send(same)).code == "IDENTICAL_INPUT"
+    assert unchanged(store, REF, send({**data, "amount": 5})).code == "FLAGGED_FIELD_UNCHANGED"
+    fixed = {**data, "recipient_email": "x"}
+    assert unchanged(store, REF, send(fixed, invalid)).code == "CORRECTED_INPUT_INVALID"
+    submit(store, "fresh")
+    assert unchanged(store, "fresh", send({"a": 1}, ref="fresh")).code == "NOT_NEEDS_INPUT"
+    with pytest.raises(StepNotFound):
+        send({}, ref="ghost")()
+
+
+def test_approve_binds_to_the_input_hash(store: StorePort) -> None:
+    after(store, needs_approval)
+    step = store.get(REF)
+    assert step.state is S.AWAITING_APPROVAL and step.approval_input_hash == step.input_hash
+
+    def approve(digest: str) -> Any:
+        return store.approve(
+            REF,
+            approver="ops@example.com",
+            reason="customer confirmed",
+            input_hash=digest,
+            traits=WRITE,
+            policy=POLICY,
+            now=LATER,
+        )
+
+    assert unchanged(store, REF, lambda: approve("sha256:other")).code == "APPROVAL_INPUT_MISMATCH"
+    recorded = approve(step.input_hash)
+    assert (recorded.step.state, recorded.step.due_at) == (S.PENDING, LATER)
+    kind, src, dst, detail = last(store)
+    assert (kind, src, dst) == ("approved", S.AWAITING_APPROVAL, S.PENDING)
+    assert (detail["approver"], detail["reason"], detail["input_hash"]) == (
+        "ops@example.com",
+        "customer confirmed",
+        step.input_hash,
+    )
+    assert unchanged(store, REF, lambda: approve(step.input_hash)).code == "NOT_AWAITING_APPROVAL"
+
+
+def test_reject_fails_the_step(store: StorePort) -> None:
+    after(store, needs_approval)
+
+    def reject() -> Any:
+        return store.reject(
+            REF, approver="ops", reason="not this one", traits=WRITE, policy=POLICY, now=LATER
+        )
+
+    recorded = reject()
+    assert (recorded.step.state, recorded.step.reason) == (S.FAILED, "REJECTED")
+    kind, _src, dst, detail = last(store)
+    assert (kind, dst, detail["approver"], detail["reason"]) == (
+        "rejected",
+        S.FAILED,
+        "ops",
+        "not this one",
+    )
+    assert unchanged(store, REF, reject).code == "NOT_AWAITING_APPROVAL"
+    with pytest.raises(StepNotFound):
+        store.reject("ghost", approver="o", reason="r", traits=WRITE, policy=POLICY, now=LATER)
+
+
+def test_cancel_a_waiting_step_but_not_a_running_one(store: StorePort) -> None:
+    submit(store, "r1")
+    recorded = store.cancel(
+        "r1", by="agent-7", reason="plan changed", traits=WRITE, policy=POLICY, now=LATER
+    )
+    assert recorded.step.state is S.CANCELLED and recorded.step.due_at is None
+    kind, src, dst, detail = last(store, "r1")
+    assert (kind, src, dst, detail["by"], detail["reason"]) == (
+        "cancelled",
+        S.PENDING,
+        S.CANCELLED,
+        "agent-7",
+        "plan changed",
+    )
+    claimed(store, "r2")
+
+    def cancel() -> Any:
+        return store.cancel("r2", by="a", reason="r", traits=WRITE, policy=POLICY, now=LATER)
+
+    assert unchanged(store, "r2", cancel).code == "NOT_CANCELLABLE"
+    with pytest.raises(StepNotFound):
+        store.cancel("ghost", by="a", reason="r", traits=WRITE, policy=POLICY, now=LATER)
+
+
+@pytest.mark.parametrize("to", [S.SUCCEEDED, S.FAILED])
+def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> None:
+    after(store, escalate)
+    assert store.get(REF).state is S.ESCALATED
+    recorded = store.resolve(
+        REF,
+        operator="oncall",
+        reason="checked the ledger",
+        to=to,
+        traits=WRITE,
+        policy=POLICY,
+        now=LATER,
+        evidence="ledger/81" if to is S.SUCCEEDED else None,
+    )
+    assert recorded.step.state is to
+    kind, src, dst, detail = last(store)
+    assert (kind, src, dst) == ("resolved", S.ESCALATED, to)
+    assert (detail["operator"], detail["reason"], detail["to"]) == (
+        "oncall",
+        "checked the ledger",
+        to.value,
+    )
+    assert detail.get("evidence") == ("ledger/81" if to is S.SUCCEEDED else None)
+
+
+def test_resolve_refuses_what_an_honest_resolution_lacks(store: StorePort) -> None:
+    after(store, unknown, traits=BLIND_WRITE)  # a write whose outcome is unknown
+
+    def resolve(to: StepState, **proof: Any) -> Any:
+        return store.resolve(
+            REF, operator="o", reason="r", to=to, traits=BLIND_WRITE, policy=POLICY, now=LATER,
+            **proof,
+        )  # fmt: skip
+
+    assert unchanged(store, REF, lambda: resolve(S.SUCCEEDED)).code == "EVIDENCE_REQUIRED"
+    assert unchanged(store, REF, lambda: resolve(S.FAILED)).code == "NOT_WRITTEN_UNCONFIRMED"
+    recorded = resolve(S.FAILED, confirm_not_written=True)
+    assert (recorded.step.state, recorded.step.commit_state) == (S.FAILED, "not_committed")
+    kind, _, _, detail = last(store)
+    assert (kind, detail["confirm_not_written"]) == ("resolved", True)
+
+
+def test_resolve_re_drives_with_a_fresh_budget(store: StorePort) -> None:
+    after(store, escalate)
+    recorded = store.resolve(
+        REF, operator="oncall", reason="fixed", to=S.PENDING, traits=WRITE, policy=POLICY, now=LATER
+    )
+    assert recorded.step.state is S.PENDING
+    assert recorded.step.max_attempts == recorded.step.attempts + POLICY.retry.max_attempts
+    claim = store.claim_execution(REF, "worker-2", LEASE, LATER)
+    assert claim is not None and claim.step.attempts == 2
+
+
+def test_resolve_re_drive_of_an_unknown_outcome_verifies_first(store: StorePort) -> None:
+    after(store, unknown, traits=BLIND_WRITE)  # no lookup: escalated at once
+    step = store.get(REF)
+    assert (step.state, step.commit_state) == (S.ESCALATED, "unknown")
+    recorded = store.resolve(
+        REF,
+        operator="oncall",
+        reason="lookup added",
+        to=S.PENDING,
+        traits=WRITE,
+        policy=POLICY,
+        now=LATER,
+    )
+    assert (recorded.step.state, recorded.step.commit_state) == (S.VERIFYING, "unknown")
+
+
+def test_resolve_refusals(store: StorePort) -> None:
+    submit(store, "r1")
+
+    def resolve() -> Any:
+        return store.resolve(
+            "r1", operator="o", reason="r", to=S.FAILED, traits=WRITE, policy=POLICY, now=LATER
+        )
+
+    assert unchanged(store, "r1", resolve).code == "NOT_ESCALATED"
+    with pytest.raises(StepNotFound):
+        store.resolve(
+            "ghost", operator="o", reason="r", to=S.FAILED, traits=WRITE, policy=POLICY, now=LATER
+        )

@@ -1,0 +1,156 @@
+"""The store port's contract for the sweeper, on every implementation: expired leases
+(R4), due work handed out once and oldest first, publish stamps (R7)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.support.recovery.contract_support import (
+    MINUTE,
+    REF,
+    S,
+    after,
+    claimed,
+    last,
+    rng,
+    submit,
+    verifying,
+)
+from tests.support.recovery.store_support import (
+    BLIND_WRITE,
+    LEASE,
+    POLICY,
+    READ,
+    T0,
+    WRITE,
+    correct_input,
+)
+from toolsafe.recovery.policy import ToolTraits
+from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import (
+    StepNotFound,
+    StorePort,
+)
+
+
+@pytest.fixture
+def store(any_store: StorePort) -> StorePort:
+    """Each implementation of the port, empty."""
+    return any_store
+
+
+# ------------------------------------------------------------------ the sweeper
+
+
+def test_expired_execution_lease_goes_to_verification(store: StorePort) -> None:
+    claimed(store)
+    just_before = T0 + LEASE - timedelta(microseconds=1)
+    assert store.expire_leases(just_before, lambda _: WRITE, lambda _: POLICY) == []
+    [recorded] = store.expire_leases(T0 + LEASE, lambda _: WRITE, lambda _: POLICY, rng=rng())
+    step = recorded.step
+    assert (step.state, step.commit_state, step.lease_owner, step.attempts) == (
+        S.VERIFYING,
+        "unknown",
+        None,
+        1,
+    )
+    assert store.get(REF) == step and recorded.decision.action == "verify"
+    kind, src, dst, detail = last(store)
+    assert (kind, src, dst) == ("lease_expired", S.IN_FLIGHT, S.VERIFYING)
+    assert detail["owner"] == "worker-1"
+    assert detail["lease_expires_at"] == (T0 + LEASE).isoformat()
+    # Never straight back to execution (R4), and not expired twice.
+    assert store.claim_execution(REF, "worker-2", LEASE, T0 + MINUTE) is None
+    assert store.expire_leases(T0 + MINUTE, lambda _: WRITE, lambda _: POLICY) == []
+
+
+@pytest.mark.parametrize(("traits", "state"), [(BLIND_WRITE, S.ESCALATED), (READ, S.WAITING_RETRY)])
+def test_expired_lease_follows_the_tools_traits(
+    store: StorePort, traits: ToolTraits, state: StepState
+) -> None:
+    claimed(store)
+    [recorded] = store.expire_leases(T0 + LEASE, lambda _: traits, lambda _: POLICY)
+    assert recorded.step.state is state
+
+
+def test_expired_verification_lease_is_released(store: StorePort) -> None:
+    due = verifying(store)
+    assert store.claim_verification(REF, "checker", LEASE, due) is not None
+    [recorded] = store.expire_leases(due + LEASE, lambda _: WRITE, lambda _: POLICY)
+    assert (recorded.step.state, recorded.step.lease_owner) == (S.VERIFYING, None)
+    assert recorded.step.due_at == due + LEASE
+    assert store.claim_verification(REF, "checker-2", LEASE, due + LEASE) is not None
+
+
+def test_expire_leases_respects_its_limit_oldest_first(store: StorePort) -> None:
+    for index in range(5):
+        claimed(store, f"r{index}", T0 + timedelta(seconds=index))
+    late = T0 + MINUTE
+    first = store.expire_leases(late, lambda _: WRITE, lambda _: POLICY, limit=3)
+    second = store.expire_leases(late, lambda _: WRITE, lambda _: POLICY, limit=3)
+    assert [r.step.operation_ref for r in first] == ["r0", "r1", "r2"]
+    assert [r.step.operation_ref for r in second] == ["r3", "r4"]
+
+
+def test_due_work_publishes_each_due_step_once_per_interval(store: StorePort) -> None:
+    for index in range(3):
+        submit(store, f"r{index}", now=T0 + timedelta(seconds=index))
+    submit(store, "future", now=T0 + 2 * MINUTE)
+    now = T0 + timedelta(seconds=2)
+    due = store.due_work(now, limit=10, republish_after=MINUTE)
+    assert [step.operation_ref for step in due] == ["r0", "r1", "r2"]
+    assert all(step.published_at == now and step.version == 1 for step in due)
+    assert [store.get(step.operation_ref) for step in due] == due
+    assert store.due_work(now + timedelta(seconds=59), limit=10, republish_after=MINUTE) == []
+    again = store.due_work(now + MINUTE, limit=2, republish_after=MINUTE)
+    assert [step.operation_ref for step in again] == ["r0", "r1"]
+    assert [e.kind for e in store.events("r0")] == ["submitted"]  # bookkeeping, no event
+
+
+def test_due_work_skips_leased_in_flight_and_waiting_steps(store: StorePort) -> None:
+    due = verifying(store, "checking")
+    assert store.claim_verification("checking", "checker", LEASE, due) is not None
+    claimed(store, "running", due)
+    after(store, correct_input, "human")
+    submit(store, "future", now=due + MINUTE)
+    assert store.due_work(due, limit=10, republish_after=MINUTE) == []
+    later = store.due_work(due + MINUTE, limit=10, republish_after=MINUTE)
+    assert {step.operation_ref for step in later} == {"checking", "future"}
+    assert {step.state for step in later} == {S.VERIFYING, S.PENDING}
+
+
+def test_a_stamped_step_is_left_to_the_sweeper_until_republish_after(store: StorePort) -> None:
+    submit(store, published_at=T0)
+    wait = timedelta(seconds=30)
+    assert store.due_work(T0 + timedelta(seconds=29), limit=10, republish_after=wait) == []
+    [due] = store.due_work(T0 + wait, limit=10, republish_after=wait)
+    assert due.operation_ref == REF and due.published_at == T0 + wait
+
+
+def test_due_work_needs_a_positive_republish_interval(store: StorePort) -> None:
+    with pytest.raises(ValueError, match="republish_after"):
+        store.due_work(T0, limit=1, republish_after=timedelta(0))
+
+
+def test_mark_published(store: StorePort) -> None:
+    submit(store)
+    store.mark_published(REF, T0 + MINUTE)
+    step = store.get(REF)
+    assert step.published_at == T0 + MINUTE and step.version == 1
+    assert len(store.events(REF)) == 1
+    assert store.due_work(T0 + MINUTE, 10, MINUTE) == []
+    with pytest.raises(StepNotFound):
+        store.mark_published("ghost", T0)
+
+
+def test_due_work_hands_out_the_longest_due_first(store: StorePort) -> None:
+    submit(store, "second", now=T0 + timedelta(seconds=5))
+    submit(store, "first", now=T0 + timedelta(seconds=1))
+    now = T0 + MINUTE
+    [due] = store.due_work(now, limit=1, republish_after=MINUTE)
+    assert due.operation_ref == "first"
+    [due] = store.due_work(now, limit=1, republish_after=MINUTE)
+    assert due.operation_ref == "second"
+    assert store.due_work(now, limit=1, republish_after=MINUTE) == []
