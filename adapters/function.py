@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Final, TypeAlias, cast
 
 from pydantic import BaseModel, JsonValue, TypeAdapter
 
-from toolsafe.adapters import codes
+from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.calls import LOOP, Around, CallTimedOut, Run, run_within
 from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_responses import (
@@ -380,7 +380,7 @@ class FunctionAdapter(Adapter[BaseModel]):
         try:
             found = self._look(operation_ref)
         except CallTimedOut:
-            return LookupUnavailable(checked_at=datetime.now(UTC), code=codes.LOOKUP_TIMEOUT)
+            return LookupUnavailable(checked_at=datetime.now(UTC), code=lookup_codes.LOOKUP_TIMEOUT)
         except Exception as error:
             now = datetime.now(UTC)
             if self.absent and isinstance(error, self.absent):

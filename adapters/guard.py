@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from toolsafe.adapters import codes
+from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import (
     AnySuccess,
     NextAction,
@@ -41,7 +41,7 @@ log = logging.getLogger("toolsafe.adapters")
 INVALID_INPUT: Final = codes.INVALID_INPUT
 ADAPTER_EXCEPTION: Final = codes.ADAPTER_EXCEPTION
 ADAPTER_CONTRACT_VIOLATION: Final = codes.ADAPTER_CONTRACT_VIOLATION
-LOOKUP_EXCEPTION: Final = codes.LOOKUP_EXCEPTION
+LOOKUP_EXCEPTION: Final = lookup_codes.LOOKUP_EXCEPTION
 
 
 def invalid_input(
@@ -224,7 +224,7 @@ def call_lookup_recorded(
 def _call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
     now = datetime.now(UTC)
     if not adapter.has_lookup:
-        return LookupUnavailable(checked_at=now, code=codes.LOOKUP_NOT_PROVIDED)
+        return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_NOT_PROVIDED)
     try:
         found = adapter.lookup(operation_ref)
     except Exception as error:
@@ -235,5 +235,5 @@ def _call_lookup(adapter: Adapter[Any], operation_ref: str) -> LookupResult:
         )
         return LookupUnavailable(checked_at=now, code=LOOKUP_EXCEPTION)
     if not isinstance(found, LookupFound | LookupNotFound | LookupUnavailable):
-        return LookupUnavailable(checked_at=now, code=codes.LOOKUP_CONTRACT_VIOLATION)
+        return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_CONTRACT_VIOLATION)
     return found

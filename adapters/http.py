@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import JsonValue
 
-from toolsafe.adapters import codes
+from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_responses import (
     Observed,
@@ -467,7 +467,9 @@ class HttpAdapter(Adapter[InputT]):
                 type(error).__name__,
                 extra={"event": "lookup_error", "tool": self.tool},
             )
-            return LookupUnavailable(checked_at=datetime.now(UTC), code=codes.LOOKUP_UNREACHABLE)
+            return LookupUnavailable(
+                checked_at=datetime.now(UTC), code=lookup_codes.LOOKUP_UNREACHABLE
+            )
         return self.parse_lookup(observed, operation_ref)
 
     def parse_lookup(self, observed: Observed, operation_ref: str) -> LookupResult:
@@ -481,31 +483,31 @@ class HttpAdapter(Adapter[InputT]):
             upstream, _ = self.upstream_error(observed.json_object() or {})
             if self.lookup_not_found_codes is None or upstream in self.lookup_not_found_codes:
                 return LookupNotFound(checked_at=now)
-            return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNEXPECTED_404)
+            return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNEXPECTED_404)
         if not 200 <= observed.status < 300:
             asked = self._not_before(observed)  # a 503's (or 429's) Retry-After, clamped
             return LookupUnavailable(
                 checked_at=now,
-                code=codes.lookup_http(observed.status),
+                code=lookup_codes.lookup_http(observed.status),
                 retry_after=None if asked is None else asked[0] - observed.received_at,
             )
         if self.lookup_returns == "list":
             items = self.lookup_items(observed)
             if items is None:
-                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
             ours = self._ours(items, operation_ref)
             if ours is None:
-                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_FILTER_IGNORED)
+                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_FILTER_IGNORED)
             if not ours:
                 return LookupNotFound(checked_at=now)
             result, evidence = self.record_fields(ours[0])
         else:
             body = observed.json_object()
             if body is None or self.body_reports_failure(body):
-                return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
             result, evidence = self.extract_record(body)
         if evidence is None:
-            return LookupUnavailable(checked_at=now, code=codes.LOOKUP_UNREADABLE)
+            return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
         return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
 
     def lookup_items(self, observed: Observed) -> list[Mapping[str, Any]] | None:

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args
 from pydantic import BaseModel, JsonValue, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
-from toolsafe.adapters.codes import LOOKUP_UNSPECIFIED
 from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.lookup_codes import LOOKUP_UNSPECIFIED
 
 InputT = TypeVar("InputT", bound=BaseModel)
 
@@ -49,7 +49,7 @@ class LookupNotFound:
 @dataclass(frozen=True)
 class LookupUnavailable:
     """The lookup itself could not be answered; nothing is known. ``code`` says why:
-    toolsafe's own adapters and guard use ``toolsafe.adapters.codes.LOOKUP_CODES``;
+    toolsafe's own adapters and guard use ``toolsafe.adapters.lookup_codes.LOOKUP_CODES``;
     ``retry_after`` is the wait the downstream asked for (its ``Retry-After``), if it said."""
 
     checked_at: datetime

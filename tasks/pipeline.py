@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
-from toolsafe.adapters import codes
+from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
@@ -265,7 +265,7 @@ def verify(
             with runtime.faults.during("during_call", operation_ref):
                 found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
         else:
-            found = LookupUnavailable(checked_at=utcnow(), code=codes.LOOKUP_UNKNOWN_TOOL)
+            found = LookupUnavailable(checked_at=utcnow(), code=lookup_codes.LOOKUP_UNKNOWN_TOOL)
     finally:
         held = heartbeat_for(runtime).release(hold)
     if held is None:

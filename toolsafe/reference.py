@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 
-from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES, CodeSpec
+from toolsafe.adapters.codes import CATALOGUE, CodeSpec
+from toolsafe.adapters.lookup_codes import LOOKUP_CODES
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS, REFUSED_NOOPS
 
 _ORDER = ("validation", "authorization", "conflict", "dependency", "internal")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolsafe import reference
-from toolsafe.adapters.codes import CATALOGUE, LOOKUP_CODES
+from toolsafe.adapters.codes import CATALOGUE
+from toolsafe.adapters.lookup_codes import LOOKUP_CODES
 from toolsafe.recovery.reasons import NOOP_REASONS, REASONS, REFUSALS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,15 +12,10 @@ import pytest
 
 import toolsafe
 from tests.support.vocabulary_scan import FAMILY, codes_in, package_sources, state_sets_in
-from toolsafe.adapters.codes import (
-    CATALOGUE,
-    LOOKUP_CODES,
-    RUNTIME_ENVELOPE_CODES,
-    is_lookup_code,
-    lookup_http,
-)
+from toolsafe.adapters.codes import CATALOGUE, RUNTIME_ENVELOPE_CODES
 from toolsafe.adapters.errors import INPUT_REFUSALS
 from toolsafe.adapters.examples.downstream_state import DOWNSTREAM_CODES
+from toolsafe.adapters.lookup_codes import LOOKUP_CODES, is_lookup_code, lookup_http
 from toolsafe.conformance.hostile import SIMULATED_UPSTREAM_CODES
 from toolsafe.gateway.problems import GATEWAY_CODES
 from toolsafe.integrations._calls import INTEGRATION_CODES
