@@ -92,7 +92,7 @@ class Compiled:
         return row
 
 
-class Executed:
+class ThroughSQLAlchemy:
     """The fallback: ``first`` through SQLAlchemy's own execution, as everywhere else."""
 
     def __init__(self, statement: ClauseElement) -> None:
@@ -108,10 +108,10 @@ _INTERNALS: tuple[tuple[type, str], ...] = (
     (Connection, "_handle_dbapi_exception"),
     (Connection, "_has_events"),
 )
-_COMPILED: dict[tuple[int, str], Compiled | Executed] = {}
+_COMPILED: dict[tuple[int, str], Compiled | ThroughSQLAlchemy] = {}
 
 
-def compiled_for(statement: ClauseElement, dialect: Dialect) -> Compiled | Executed:
+def compiled_for(statement: ClauseElement, dialect: Dialect) -> Compiled | ThroughSQLAlchemy:
     """The statement compiled once per dialect (statements here are module constants).
 
     ``Compiled`` leans on a few of SQLAlchemy's internals; if a SQLAlchemy release has
@@ -125,6 +125,6 @@ def compiled_for(statement: ClauseElement, dialect: Dialect) -> Compiled | Execu
                 raise AttributeError("SQLAlchemy's execution internals moved")
             found = Compiled(statement, dialect)
         except (AttributeError, TypeError, IndexError):
-            found = Executed(statement)
+            found = ThroughSQLAlchemy(statement)
         _COMPILED[key] = found
     return found

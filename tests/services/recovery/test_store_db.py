@@ -189,13 +189,13 @@ def test_without_the_internals_it_needs_a_statement_runs_through_sqlalchemy(
     create_step(pg_store, "t", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
     with pg_store.engine.begin() as conn:
         runner = compiled.compiled_for(sql._BY_REF, conn.dialect)
-        assert isinstance(runner, compiled.Executed)
+        assert isinstance(runner, compiled.ThroughSQLAlchemy)
         expected = conn.execute(sql._BY_REF, {"ref": "r1"}).first()
         assert runner.first(conn, {"ref": "r1"}) == expected is not None
     # The hot path on the fallback: a claim and its record, as ever.
     assert pg_store.claim_execution("r1", "worker-1", timedelta(seconds=30), T0) is not None
     claim = compiled.compiled_for(ops._CLAIM_FAST, pg_store.engine.dialect)
-    assert isinstance(claim, compiled.Executed)
+    assert isinstance(claim, compiled.ThroughSQLAlchemy)
 
 
 @pytest.mark.postgres
