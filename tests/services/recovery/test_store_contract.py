@@ -48,12 +48,12 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import (
     Claim,
     InvalidOperationRef,
-    MemoryStore,
     OperationRefConflict,
     StepNotFound,
-    StepStore,
     StorePort,
 )
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ from sqlalchemy import Engine, delete
 
 from toolsafe.recovery.db import make_engine, migrate, normalize_url
 from toolsafe.recovery.schema import escalation_outbox, step_events, steps
-from toolsafe.recovery.store import MemoryStore, StepStore, StorePort
+from toolsafe.recovery.store import StorePort
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 
 @pytest.fixture(scope="session")
