@@ -64,7 +64,7 @@ class Fields(Protocol):
 
 
 class Row(Fields, Protocol):
-    """What the tally reads of an event (``toolsafe.recovery.store.sql.tally.EventRow``)."""
+    """What the tally reads of an event (``toolsafe.recovery.store.tally.EventRow``)."""
 
     @property
     def at(self) -> datetime: ...
@@ -75,7 +75,7 @@ class Row(Fields, Protocol):
 
 
 class Group(Fields, Protocol):
-    """Events alike (``toolsafe.recovery.store.sql.tally.EventGroup``): how many, and for each
+    """Events alike (``toolsafe.recovery.store.tally.EventGroup``): how many, and for each
     histogram the bucket index their seconds fall in (None: not observed) and the sum."""
 
     @property
