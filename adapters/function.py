@@ -32,6 +32,7 @@ from toolsafe.adapters.protocol import (
     LookupUnavailable,
 )
 from toolsafe.adapters.redaction import clean_text, safe_text
+from toolsafe.adapters.sending import Declared, refuse_unknowable
 
 EVIDENCE_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,99}$")
 _RESULT_DEPTH: Final = 6
@@ -142,6 +143,8 @@ class FunctionAdapter(Adapter[BaseModel]):
 
     errors: ClassVar[Mapping[type[BaseException], str | Raised]] = {}
     absent: ClassVar[tuple[type[BaseException], ...]] = ()
+    # Exception types the author declares raised only before anything is sent.
+    before_send: ClassVar[tuple[type[BaseException], ...]] = ()
     upstream_codes: ClassVar[Mapping[str, str]] = {}
     timeout: ClassVar[float | None] = None
     max_retry_after: ClassVar[timedelta] = timedelta(minutes=5)
@@ -200,6 +203,18 @@ class FunctionAdapter(Adapter[BaseModel]):
             around_lookup=around_lookup,
         )
         return copy
+
+    def refuse_unknowable(self) -> None:
+        """A write's ``errors`` table may not map an exception that can follow a sent
+        request (a timeout, a connection lost mid-response) to a code that claims to
+        know, unless it is declared ``before_send`` (``toolsafe.adapters.sending``)."""
+        if not self.writes:
+            return
+        declared = []
+        for raised, entry in self.errors.items():
+            code = entry.code if isinstance(entry, Raised) else entry
+            declared.append(Declared(raised, code, codes.spec_for(code).commit_state))
+        refuse_unknowable(self.tool, "errors=", declared, self.before_send)
 
     # --- calling -------------------------------------------------------------------
     def _arguments(
