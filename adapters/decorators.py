@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolsafe.adapters import codes
 from toolsafe.adapters.function import ErrorTable, FunctionAdapter, Raised
 from toolsafe.adapters.protocol import CallContext
-from toolsafe.adapters.sending import check_before_send
+from toolsafe.adapters.sending import KeyPlace, check_before_send
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,7 @@ class _Options:
     errors: ErrorTable = field(default_factory=dict)
     absent: tuple[type[BaseException], ...] = ()
     before_send: tuple[type[BaseException], ...] = ()
+    idempotency_place: KeyPlace | None = None
     upstream_codes: Mapping[str, str] = field(default_factory=dict)
     evidence: str | Callable[[Any], object] | None = "id"
     failed: Callable[[Any], bool] | None = None
@@ -153,6 +154,7 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         "errors": dict(options.errors),
         "absent": tuple(options.absent),
         "before_send": check_before_send(name, options.before_send),
+        "idempotency_place": options.idempotency_place,
         "upstream_codes": dict(options.upstream_codes),
         "timeout": options.timeout,
         "max_retry_after": options.max_retry_after,
@@ -191,6 +193,7 @@ def tool(
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
     before_send: Iterable[type[BaseException]] = (),
+    idempotency_place: KeyPlace | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
@@ -214,6 +217,7 @@ def tool(
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
     before_send: Iterable[type[BaseException]] = (),
+    idempotency_place: KeyPlace | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
@@ -235,6 +239,8 @@ def tool(
     connection reset; ``toolsafe.adapters.sending``) may map only to ``OUTCOME_UNKNOWN``
     unless it is listed in ``before_send`` (raised only before anything is sent): the
     decorator refuses the table otherwise, naming the exception and the code.
+    ``idempotency_place`` (a ``KeyPlace``) says where the function sends the
+    operation_ref, for the conformance kit to check.
     ``description`` (default: the docstring) is what a model reads about the tool;
     ``title`` an optional display name.
     """
@@ -248,6 +254,7 @@ def tool(
         errors=errors or {},
         absent=absent,
         before_send=tuple(before_send),
+        idempotency_place=idempotency_place,
         upstream_codes=upstream_codes or {},
         evidence=evidence,
         failed=failed,

@@ -29,6 +29,7 @@ from toolsafe.adapters.http_responses import (
     observe,
     read_bounded,
     reports_failure,
+    reports_pending,
     retry_after_delay,
     snake_case,
     transport_failure,
@@ -43,7 +44,7 @@ from toolsafe.adapters.protocol import (
     LookupUnavailable,
 )
 from toolsafe.adapters.redaction import clean_text, looks_like_instructions
-from toolsafe.adapters.sending import Declared, refuse_unknowable
+from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
 
 log = logging.getLogger("toolsafe.adapters.http")
 
@@ -56,8 +57,6 @@ _MAYBE_SENT: Final = (
     httpx.WriteError,
     httpx.RemoteProtocolError,
 )
-# A 2xx body whose status says the work is only queued: nothing stored yet.
-_PENDING: Final = frozenset({"queued", "pending", "accepted", "processing", "scheduled"})
 
 
 @dataclass(frozen=True)
@@ -136,6 +135,9 @@ class HttpAdapter(Adapter[InputT]):
     # httpx exception types this adapter's transport raises only before sending: a
     # classify_exception override may then call them not_committed.
     before_send: ClassVar[tuple[type[BaseException], ...]] = ()
+    # Where the operation_ref travels (None: the ``idempotency_header`` of the settings);
+    # the conformance kit checks that it arrives there.
+    idempotency_place: ClassVar[KeyPlace | None] = None
 
     def __init__(self, settings: HttpSettings, client: httpx.Client | None = None) -> None:
         self.settings = settings
@@ -200,6 +202,10 @@ class HttpAdapter(Adapter[InputT]):
         if context.approval_ref:
             sent[self.settings.approval_header] = context.approval_ref
         return sent
+
+    def key_place(self) -> KeyPlace:
+        """Where this adapter sends the operation_ref as the idempotency key."""
+        return self.idempotency_place or KeyPlace("header", self.settings.idempotency_header)
 
     def _url(self, path: str) -> str:
         return self.settings.base_url.rstrip("/") + path
@@ -358,8 +364,7 @@ class HttpAdapter(Adapter[InputT]):
         """Whether a 2xx to a write says the work was only accepted, not done: a 202, or
         a ``status`` of queued/pending/accepted/processing/scheduled. Such a write is
         ``unknown`` and verified by lookup, never a success."""
-        state = body.get("status")
-        return status == 202 or (isinstance(state, str) and state.lower() in _PENDING)
+        return status == 202 or reports_pending(body)
 
     def parse_failure(
         self, body: Mapping[str, Any], observed: Observed, operation_ref: str, attempts_left: int

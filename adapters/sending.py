@@ -183,6 +183,28 @@ class UnknowableMapping(ToolsafeError, TypeError):
 
 
 @dataclass(frozen=True)
+class KeyPlace:
+    """Where a write sends its operation_ref as the idempotency key: a header, a field
+    of the JSON body (dotted for a nested one) or a query parameter."""
+
+    where: Literal["header", "body", "query"]
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.where not in ("header", "body", "query"):
+            raise ValueError(f"KeyPlace.where must be header, body or query, not {self.where!r}")
+        if not (isinstance(self.name, str) and self.name.strip()):
+            raise ValueError("KeyPlace.name must name the header, field or parameter")
+
+    def __str__(self) -> str:
+        if self.where == "header":
+            return f"the {self.name} header"
+        if self.where == "body":
+            return f"the body field {self.name!r}"
+        return f"the query parameter {self.name!r}"
+
+
+@dataclass(frozen=True)
 class Declared:
     """One mapping to judge: the exception type, the code, the commit state it claims."""
 
@@ -220,6 +242,7 @@ def check_before_send(tool: str, before_send: Iterable[object]) -> tuple[type[Ba
 
 __all__ = [
     "Declared",
+    "KeyPlace",
     "UnknowableMapping",
     "after_send",
     "check_before_send",
