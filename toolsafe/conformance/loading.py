@@ -66,9 +66,9 @@ class Loaded:
         return rebuilt if isinstance(rebuilt, FunctionAdapter) else None
 
 
-def load_adapter(spec: str, environ: Mapping[str, str] | None = None) -> Loaded:
+def load_adapter(spec: str, variables: Mapping[str, str] | None = None) -> Loaded:
     """``MODULE:TOOL``: the module's attribute ``TOOL`` when it is an adapter, else the
-    tool ``TOOL`` its ``register`` registers with its settings read from ``environ``
+    tool ``TOOL`` its ``register`` registers with its settings read from ``variables``
     (default: this process's environment) as a worker reads them."""
     module_name, sep, tool = spec.partition(":")
     if not sep or not module_name or not tool:
@@ -86,7 +86,7 @@ def load_adapter(spec: str, environ: Mapping[str, str] | None = None) -> Loaded:
     if isinstance(candidate, Adapter):
         candidate.refuse_unknowable()
         return Loaded(candidate, module_name, None, None)
-    settings = module_settings(module_name, environ)
+    settings = module_settings(module_name, variables)
     registry = Registry()
     registry.load_modules([module_name], {module_name: settings} if settings else None)
     return Loaded(registry.get(tool), module_name, declared, settings)

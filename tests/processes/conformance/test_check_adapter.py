@@ -119,8 +119,7 @@ def test_the_text_report_is_a_table(tmp_path: Path, service: Downstream) -> None
     assert "create_invoice (http): PASSED" in done.stdout
     # The target first, and nothing else: the adapter's warnings are quiet unless --verbose.
     assert done.stderr == (
-        f"toolsafe check-adapter: create_invoice: writing to {service.url} "
-        "(named by --base-url)\n"
+        f"toolsafe check-adapter: create_invoice: writing to {service.url} (named by --base-url)\n"
     )
 
 

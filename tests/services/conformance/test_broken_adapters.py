@@ -10,9 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.adapters.adapter_servers import Conn, ScriptedServer
-from tests.support.conformance import adapters
 from toolsafe.adapters.examples.downstream import DownstreamService
-from toolsafe.adapters.http import HttpSettings
 from toolsafe.conformance import Check, Report, TargetNotNamed, check_adapter, load_adapter
 
 INVOICE = {"customer_id": "cus_42", "amount_cents": 1250, "currency": "EUR"}
@@ -127,19 +125,6 @@ def test_f_a_downstream_that_ignores_the_key_is_reported_not_failed() -> None:
     assert "Not an adapter failure" in row.got
     assert "What toolsafe still guarantees" in row.got and "What the adapter could add" in row.got
     assert rows["effects per operation_ref over the whole run"].verdict == "pass"
-
-
-def test_the_guides_listed_invoice_passes_without_a_warning(service: DownstreamService) -> None:
-    class Listed(adapters.CreateInvoice):
-        tool = "listed_invoice"
-        lookup_path = "/search/invoices"
-        lookup_returns = "list"
-        lookup_not_found_codes = None
-        lookup_count_field = None
-
-    report = check_adapter(Listed(HttpSettings(base_url=service.url)), INVOICE,
-                           base_url=service.url)  # fmt: skip
-    assert report.passed and report.counts()["warn"] == 0, report.text()
 
 
 def _counting(seen: list[str]) -> ScriptedServer:
