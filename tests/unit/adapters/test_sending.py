@@ -189,3 +189,15 @@ def test_the_http_toolkits_hook_is_probed_at_registration() -> None:
         )
 
     Registry().register(Declared(settings))
+
+
+def test_the_kit_reads_one_modules_settings_as_a_worker_does() -> None:
+    from toolsafe.settings import SettingsError, module_settings
+
+    read = module_settings(
+        "toolsafe.adapters.examples", {"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "http://staging:1"}
+    )
+    assert read is not None and read.downstream_url == "http://staging:1"
+    assert module_settings("tests.support.conformance.adapters", {}) is None
+    with pytest.raises(SettingsError, match="TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"):
+        module_settings("toolsafe.adapters.examples", {"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "ftp:x"})
