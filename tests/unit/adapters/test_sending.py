@@ -197,7 +197,7 @@ def test_the_kit_reads_one_modules_settings_as_a_worker_does() -> None:
     read = module_settings(
         "toolsafe.adapters.examples", {"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "http://staging:1"}
     )
-    assert read is not None and read.downstream_url == "http://staging:1"
+    assert read is not None and read.model_dump()["downstream_url"] == "http://staging:1"
     assert module_settings("tests.support.conformance.adapters", {}) is None
     with pytest.raises(SettingsError, match="TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"):
         module_settings("toolsafe.adapters.examples", {"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "ftp:x"})
