@@ -86,6 +86,16 @@ def test_c_the_key_that_never_reaches_the_downstream_is_named(
     assert service.effects().get("-", 0) >= 1
 
 
+def test_d_a_read_timeout_made_into_a_retryable_answer(service: DownstreamService) -> None:
+    report = check_adapter(load_adapter(f"{SUPPORT}:slow_answer_retried"), INVOICE,
+                           base_url=service.url)  # fmt: skip
+    caught = failures(report)
+    assert set(caught) == {"request delivered, answer slower than the read timeout"}
+    row = caught["request delivered, answer slower than the read timeout"]
+    assert row.got.startswith("DEPENDENCY_UNAVAILABLE · not_committed · wait_and_retry")
+    assert "a timeout or a lost connection after the request was sent must be unknown" in row.got
+
+
 def test_d_an_sdk_error_after_sending_called_nothing_written(
     service: DownstreamService,
 ) -> None:

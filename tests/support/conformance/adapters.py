@@ -1,7 +1,8 @@
 """Adapters the kit's tests run it against: one broken the way real authors break them
 for each class of the issue — (a) a queued answer taken as success, (b) any 404 taken as
-absent, (c) the key never sent, (d) an SDK's timeout mapped to "nothing written" (in
-``ledger_sdk``), (e) a fresh key on every call — and two more (a lookup absent when down,
+absent, (c) the key never sent, (d) a read timeout made into a retryable 503 (and an
+SDK's timeout mapped to "nothing written", in ``ledger_sdk``), (e) a fresh key on every
+call — and two more (a lookup absent when down,
 upstream text echoed), plus a sound ``@tool`` function. ``register(registry)`` registers
 the HTTP ones (``toolsafe check-adapter tests.support.conformance.adapters:<tool>``);
 (f) is the sound example against a downstream that ignores the key."""
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+import httpx
 from pydantic import JsonValue
 
 from toolsafe import tool
@@ -63,6 +65,21 @@ class KeyNeverSent(CreateInvoice):
         return {"X-Request-Id": operation_ref, "Accept": "application/json"}
 
 
+class SlowAnswerRetried(CreateInvoice):
+    """Broken (d), past the registration probe: turns a read timeout into a made-up 503
+    with Retry-After before the toolkit's classification sees it, so the runtime would
+    send the invoice again although the first one may have been created."""
+
+    tool: ClassVar[str] = "slow_answer_retried"
+
+    def exchange(self, request: httpx.Request) -> Observed:
+        try:
+            return super().exchange(request)
+        except httpx.ReadTimeout:
+            headers = httpx.Headers({"Retry-After": "2"})
+            return Observed(503, headers, b"", datetime.now(UTC))
+
+
 class AbsentWhenDown(CreateInvoice):
     """Broken: every answer but a 200 reads as "not there", a 503 included."""
 
@@ -94,8 +111,8 @@ class EchoesUpstream(CreateInvoice):
 
 def register(registry: Registry) -> None:
     settings = HttpSettings(base_url=PLACEHOLDER)
-    for adapter in (QueuedIsSuccess, AnyNotFoundAbsent, KeyNeverSent, AbsentWhenDown,
-                    EchoesUpstream):  # fmt: skip
+    for adapter in (QueuedIsSuccess, AnyNotFoundAbsent, KeyNeverSent, SlowAnswerRetried,
+                    AbsentWhenDown, EchoesUpstream):  # fmt: skip
         registry.register(adapter(settings))
 
 
