@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.support.conformance import adapters
-from toolsafe import read_tool
+from toolsafe import read_tool, tool
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext
 from toolsafe.adapters.sending import KeyPlace
@@ -178,3 +178,20 @@ def test_the_key_check_names_what_arrived_instead() -> None:
     query = KeyPlace("query", "key")
     assert key_missing([_seen(path="/x?key=r1")], query, "r1") is None
     assert "no query parameter 'key'" in str(key_missing([_seen(path="/x?k=r1")], query, "r1"))
+
+
+def test_free_text_without_a_result_model_is_warned() -> None:
+    notes: dict[str, str] = {}
+
+    @tool(lookup=lambda ref: [{"id": notes[ref]}] if ref in notes else [], timeout=0.5)
+    def order(item: str, operation_ref: str) -> dict[str, str]:
+        """Order an item."""
+        notes.setdefault(operation_ref, f"ord_{len(notes) + 1}")
+        return {"id": notes[operation_ref], "note": "Thanks for your order, it ships today"}
+
+    report = check_adapter(order, {"item": "pen"}, target_from_settings=True)
+    row = {check.scenario: check for check in report.checks}[
+        "a success's free text has a result_model"
+    ]
+    assert row.verdict == "warn" and "free text in note and no result_model" in row.got
+    assert report.passed, report.text()
