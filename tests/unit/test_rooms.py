@@ -412,3 +412,25 @@ def test_the_cycle_scan_would_catch_a_cycle(tmp_path: Path) -> None:
     files = sorted(package.glob("*.py"))
     names = {path: f"toolsafe.tasks.{path.stem}" for path in files}
     assert import_cycles(files, names) == [["toolsafe.tasks.a", "toolsafe.tasks.b"]]
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+CLI_ROOMS = (
+    "demo/run.py",
+    "chaos/cli.py",
+    "conformance/cli.py",
+    "metrics/cli.py",
+    "gateway/cli.py",
+    "cli/mcp.py",
+)
+
+
+def test_each_room_registers_its_commands_under_one_name() -> None:
+    """``toolsafe.cli.main`` calls ``add_parser(commands)`` of every room with commands."""
+    main = (PACKAGE / "cli" / "main.py").read_text(encoding="utf-8")
+    for relative in CLI_ROOMS:
+        tree = ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert "add_parser" in defined and "add_commands" not in defined, relative
+    assert "add_commands" not in main and main.count(".add_parser(commands)") == len(CLI_ROOMS)
