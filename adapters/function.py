@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Final, TypeAlias, cast
 
 from pydantic import BaseModel, JsonValue, TypeAdapter
 
-from toolsafe.adapters import codes, lookup_codes
+from toolsafe.adapters import codes, lookup_codes, tool_errors
 from toolsafe.adapters.calls import LOOP, Around, CallTimedOut, Run, run_within
-from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_responses import (
     error_parts,
     parse_retry_after,
@@ -296,23 +296,15 @@ class FunctionAdapter(Adapter[BaseModel]):
         attempts_left: int | None = None,
     ) -> ToolError:
         """A catalogue envelope; an unknown outcome is verified only when there is a lookup."""
-        spec = codes.spec_for(code)
-        is_unknown = unknown or spec.commit_state == "unknown"
-        action: NextAction | None = None
-        if is_unknown:
-            action = "verify_operation" if self.has_lookup else "escalate"
-        return codes.build_error(
+        return tool_errors.tool_error(
+            self.tool,
+            self.has_lookup,
             code,
             operation_ref,
-            {"tool": self.tool, **(details or {})},
+            details,
             not_before=not_before,
-            commit_state="unknown" if is_unknown else None,
-            next_action=action,
-            attempts_remaining=(
-                min(attempts_left, spec.max_attempts_remaining)
-                if attempts_left is not None and spec.directive == "after_delay"
-                else None
-            ),
+            unknown=unknown,
+            attempts_left=attempts_left,
         )
 
     def _wait(

@@ -18,8 +18,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import JsonValue
 
-from toolsafe.adapters import codes, lookup_codes
-from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError, ToolSuccess, Verification
+from toolsafe.adapters import codes, lookup_codes, tool_errors
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_responses import (
     Observed,
     Sent,
@@ -266,23 +266,15 @@ class HttpAdapter(Adapter[InputT]):
         attempts_left: int | None = None,
     ) -> ToolError:
         """A catalogue envelope; an unknown outcome is verified only when there is a lookup."""
-        spec = codes.spec_for(code)
-        is_unknown = unknown or spec.commit_state == "unknown"
-        action: NextAction | None = None
-        if is_unknown:
-            action = "verify_operation" if self.has_lookup else "escalate"
-        return codes.build_error(
+        return tool_errors.tool_error(
+            self.tool,
+            self.has_lookup,
             code,
             operation_ref,
-            {"tool": self.tool, **(details or {})},
+            details,
             not_before=not_before,
-            commit_state="unknown" if is_unknown else None,
-            next_action=action,
-            attempts_remaining=(
-                min(attempts_left, spec.max_attempts_remaining)
-                if attempts_left is not None and spec.directive == "after_delay"
-                else None
-            ),
+            unknown=unknown,
+            attempts_left=attempts_left,
         )
 
     def classify_exception(

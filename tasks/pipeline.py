@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
@@ -24,7 +24,7 @@ from toolsafe.recovery.states import DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
-from toolsafe.tasks.lease import heartbeat_for, recover_if_owner_gone
+from toolsafe.tasks.lease import Hold, heartbeat_for, recover_if_owner_gone
 from toolsafe.tasks.runtime import Runtime, utcnow
 
 log = logging.getLogger("toolsafe.pipeline")
@@ -167,24 +167,41 @@ NOTHING_TO_DO: Final = "nothing to do: not due, held by another worker, or done"
 LEASE_LOST: Final = "lease lost: the step is being verified elsewhere"
 
 
+def _claim(
+    runtime: Runtime,
+    hints: Hints,
+    report: StepReport,
+    operation_ref: str,
+    kind: Literal["execute", "verify"],
+) -> tuple[Claim, Hold] | str:
+    """Claim the step for ``kind`` under a lease and start its heartbeat; or, when it
+    may not run now, what happened instead (``owner_gone``, ``noop``), noted in
+    ``report``."""
+    store = runtime.store
+    claim_for = store.claim_execution if kind == "execute" else store.claim_verification
+    lease = timedelta(seconds=runtime.settings.lease)
+    claimed_at = time.monotonic()
+    claim = claim_for(operation_ref, runtime.owner, lease, utcnow())
+    if claim is None:
+        if _owner_gone(runtime, hints, operation_ref):
+            report.note = "its worker was lost: the step goes to verification"
+            return "owner_gone"
+        _event(f"{kind}_noop", operation_ref)
+        report.note = NOTHING_TO_DO
+        return "noop"
+    return claim, heartbeat_for(runtime).hold(claim, claimed_at)
+
+
 def execute(
     runtime: Runtime, hints: Hints, operation_ref: str, report: StepReport | None = None
 ) -> str:
     """Run one execution of a step if it is due and unclaimed; returns what happened
     (the Decision's action), and fills ``report`` with what became of the step."""
     report = report if report is not None else StepReport(operation_ref)
-    store = runtime.store
-    lease = timedelta(seconds=runtime.settings.lease)
-    claimed_at = time.monotonic()
-    claim = store.claim_execution(operation_ref, runtime.owner, lease, utcnow())
-    if claim is None:
-        if _owner_gone(runtime, hints, operation_ref):
-            report.note = "its worker was lost: the step goes to verification"
-            return "owner_gone"
-        _event("execute_noop", operation_ref)
-        report.note = NOTHING_TO_DO
-        return "noop"
-    hold = heartbeat_for(runtime).hold(claim, claimed_at)
+    claimed = _claim(runtime, hints, report, operation_ref, "execute")
+    if isinstance(claimed, str):
+        return claimed
+    claim, hold = claimed
     try:
         runtime.faults.hit("after_claim", operation_ref)
         step = claim.step
@@ -244,18 +261,10 @@ def verify(
 ) -> str:
     """Look an unknown outcome up downstream if the step is due for verification."""
     report = report if report is not None else StepReport(operation_ref)
-    store = runtime.store
-    lease = timedelta(seconds=runtime.settings.lease)
-    claimed_at = time.monotonic()
-    claim = store.claim_verification(operation_ref, runtime.owner, lease, utcnow())
-    if claim is None:
-        if _owner_gone(runtime, hints, operation_ref):
-            report.note = "its worker was lost: the step goes to verification"
-            return "owner_gone"
-        _event("verify_noop", operation_ref)
-        report.note = NOTHING_TO_DO
-        return "noop"
-    hold = heartbeat_for(runtime).hold(claim, claimed_at)
+    claimed = _claim(runtime, hints, report, operation_ref, "verify")
+    if isinstance(claimed, str):
+        return claimed
+    claim, hold = claimed
     try:
         runtime.faults.hit("after_claim", operation_ref)
         step = claim.step

@@ -17,20 +17,30 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.worker.request import Request
 
 from toolsafe.recovery.owners import process_info
 from toolsafe.tasks.lease import owner_prefix, recover_process
-from toolsafe.tasks.pipeline import carry_out
+from toolsafe.tasks.pipeline import Hints, carry_out
 from toolsafe.tasks.runtime import Runtime, utcnow
 
-if TYPE_CHECKING:
-    from toolsafe.tasks.app import ToolsafeApp
-
 log = logging.getLogger("toolsafe.lease")
+
+
+@runtime_checkable
+class WorkerApp(Protocol):
+    """What recovering a dead child's leases needs of the worker's app (``ToolsafeApp``
+    has it): its runtime and its publisher. This module never imports the app."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def publisher(self) -> Hints: ...
+
 
 # billiard may report a child's exit just before the kernel has finished it: look again
 # for this long before leaving its leases to their expiry.
@@ -70,7 +80,7 @@ def _unwrap(exc_info: Any) -> BaseException | None:
     return inner if isinstance(inner, BaseException) else exc
 
 
-def recover_dead_child(app: ToolsafeApp, pid: int) -> int:
+def recover_dead_child(app: WorkerApp, pid: int) -> int:
     """Expire the leases of pool process ``pid`` once it is gone; how many moved."""
     deadline = time.monotonic() + SETTLE_SECONDS
     while True:
@@ -83,7 +93,7 @@ def recover_dead_child(app: ToolsafeApp, pid: int) -> int:
         return _recover(app, runtime, pid)
 
 
-def _recover(app: ToolsafeApp, runtime: Runtime, pid: int) -> int:
+def _recover(app: WorkerApp, runtime: Runtime, pid: int) -> int:
     recovered = recover_process(runtime, owner_prefix(pid))
     for recorded in recovered:
         log.info(
@@ -102,10 +112,8 @@ def _recover(app: ToolsafeApp, runtime: Runtime, pid: int) -> int:
 
 
 def _in_background(app: object, pid: int | None) -> None:
-    from toolsafe.tasks.app import ToolsafeApp
-
-    if pid is None or not isinstance(app, ToolsafeApp):
-        return
+    if pid is None or not isinstance(app, WorkerApp):
+        return  # not a toolsafe app: no leases of ours to recover
 
     def run() -> None:
         try:
@@ -128,7 +136,7 @@ class ChildWatcher:
 
     def __init__(
         self,
-        app: ToolsafeApp,
+        app: WorkerApp,
         refresh: float = 0.5,
         replace_child: Callable[[], None] | None = None,
     ) -> None:

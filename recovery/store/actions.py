@@ -1,24 +1,53 @@
-"""The agent's and operators' actions on a step, one definition for both stores: each is
-an outcome for ``decide`` and the event it writes; the store decides and writes it in
-one guarded transaction (``_decided``)."""
+"""The agent's and operators' actions on a step, one definition for every backend: each
+is an outcome for ``decide`` and the event it writes, planned by ``plan.acted``; the
+backend only reads the step and writes the plan in one guarded transaction (``_act``)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolsafe.recovery.outcomes import Approved, Cancelled, Outcome, Rejected, Resolved
+from toolsafe.recovery.canonical import changed_fields, input_hash
+from toolsafe.recovery.outcomes import (
+    Approved,
+    Cancelled,
+    InputCorrected,
+    Outcome,
+    Rejected,
+    Resolved,
+)
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import Recorded
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.shared import Validator
+
+if TYPE_CHECKING:
+    from toolsafe.recovery.store.plan import Step
 
 
 class StepActions(ABC):
-    """approve, reject, cancel and resolve, over a store's ``_decided``."""
+    """provide_input, approve, reject, cancel and resolve, over a backend's ``_act``."""
 
     @abstractmethod
+    def _act(
+        self,
+        operation_ref: str,
+        outcome_for: Callable[[Step], Outcome],
+        *,
+        kind: str,
+        detail: Mapping[str, Any],
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Recorded:
+        """In one transaction: read the step (``StepNotFound``), plan the action on it
+        (``plan.acted`` with ``outcome_for(step)`` and the ``extra`` columns; its
+        ``TransitionRefused`` writes nothing) and write the plan with the compare-and-set
+        (``plan.changed_meanwhile`` when it lost)."""
+
     def _decided(
         self,
         operation_ref: str,
@@ -30,8 +59,60 @@ class StepActions(ABC):
         policy: Policy,
         now: datetime,
     ) -> Recorded:
-        """Decide on ``outcome`` for the step and write it with a ``kind`` event; raises
-        ``TransitionRefused`` (writing nothing) when the lifecycle does not allow it."""
+        return self._act(
+            operation_ref,
+            lambda _step: outcome,
+            kind=kind,
+            detail=detail,
+            traits=traits,
+            policy=policy,
+            now=now,
+        )
+
+    def provide_input(
+        self,
+        operation_ref: str,
+        new_input: Mapping[str, Any],
+        *,
+        validate: Validator,
+        traits: ToolTraits,
+        policy: Policy,
+        now: datetime,
+        stored: Mapping[str, Any] | None = None,
+        digest: str | None = None,
+        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        actor: str | None = None,
+    ) -> Recorded:
+        """needs_input → pending with the new input, same operation_ref; raises
+        ``TransitionRefused`` (identical input, flagged field unchanged, invalid).
+
+        With secret fields the caller passes the plain ``new_input`` (validated and
+        compared), what to ``stored`` (sealed), its ``digest``, and ``open_stored`` to
+        read the step's sealed input for the comparison."""
+        new_input = dict(new_input)
+        to_store = dict(stored) if stored is not None else new_input
+        new_hash = digest or input_hash(new_input)
+        field_errors = tuple(validate(new_input))
+        detail: dict[str, Any] = {"input_hash": new_hash}
+        if actor is not None:
+            detail["actor"] = actor
+
+        def outcome_for(step: Step) -> Outcome:
+            before = open_stored(dict(step.input)) if open_stored is not None else step.input
+            changed = changed_fields(before, new_input)
+            detail["changed_fields"] = sorted(changed)  # names only, never the values
+            return InputCorrected(new_hash, changed, field_errors)
+
+        return self._act(
+            operation_ref,
+            outcome_for,
+            kind="input_provided",
+            detail=detail,
+            traits=traits,
+            policy=policy,
+            now=now,
+            extra={"input": to_store},
+        )
 
     def approve(
         self,

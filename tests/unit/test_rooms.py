@@ -349,3 +349,88 @@ def test_the_floor_scan_would_catch_a_backend_import(tmp_path: Path) -> None:
         "toolsafe.recovery.store.sql.steps",
         "toolsafe.recovery.store.sql.steps.StepStore",
     ]
+
+
+# ----------------------------------------------------------------------------- cycles
+
+
+def import_cycles(files: list[Path], names: dict[Path, str] | None = None) -> list[list[str]]:
+    """The groups of modules among ``files`` that import each other, directly or round
+    about (every import counted: deferred and type-checking ones too)."""
+    modules = {module_name_or(path, names): path for path in files}
+    graph = {
+        name: sorted(
+            found for found in imported_modules(path, name) if found in modules and found != name
+        )
+        for name, path in modules.items()
+    }
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(name: str) -> None:  # Tarjan's strongly connected components
+        order[name] = low[name] = len(order)
+        stack.append(name)
+        for found in graph[name]:
+            if found not in order:
+                visit(found)
+                low[name] = min(low[name], low[found])
+            elif found in stack:
+                low[name] = min(low[name], order[found])
+        if low[name] == order[name]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == name:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in order:
+            visit(name)
+    return cycles
+
+
+def test_the_tasks_room_has_no_import_cycle() -> None:
+    files = _modules((PACKAGE / "tasks").resolve())
+    assert (PACKAGE / "tasks" / "worker_lost.py").resolve() in files
+    assert import_cycles(files) == []
+
+
+def test_the_cycle_scan_would_catch_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "toolsafe" / "tasks"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text("from toolsafe.tasks import b\n", encoding="utf-8")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toolsafe.tasks.a import A\n",
+        encoding="utf-8",
+    )
+    (package / "c.py").write_text("import toolsafe.tasks.a\n", encoding="utf-8")
+    files = sorted(package.glob("*.py"))
+    names = {path: f"toolsafe.tasks.{path.stem}" for path in files}
+    assert import_cycles(files, names) == [["toolsafe.tasks.a", "toolsafe.tasks.b"]]
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+CLI_ROOMS = (
+    "demo/run.py",
+    "chaos/cli.py",
+    "conformance/cli.py",
+    "metrics/cli.py",
+    "gateway/cli.py",
+    "cli/mcp.py",
+)
+
+
+def test_each_room_registers_its_commands_under_one_name() -> None:
+    """``toolsafe.cli.main`` calls ``add_parser(commands)`` of every room with commands."""
+    main = (PACKAGE / "cli" / "main.py").read_text(encoding="utf-8")
+    for relative in CLI_ROOMS:
+        tree = ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert "add_parser" in defined and "add_commands" not in defined, relative
+    assert "add_commands" not in main and main.count(".add_parser(commands)") == len(CLI_ROOMS)

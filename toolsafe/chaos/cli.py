@@ -106,7 +106,7 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def add_commands(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Add ``stats`` and ``chaos`` to the CLI's subparsers."""
     st = commands.add_parser("stats", help="the article's counts over the step store")
     st.add_argument("--database", help="database URL (default: TOOLSAFE_DATABASE_URL)")

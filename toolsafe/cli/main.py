@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from toolsafe.chaos import cli as chaos_cli
 
-    chaos_cli.add_commands(commands)
+    chaos_cli.add_parser(commands)
 
     from toolsafe.conformance import cli as conformance_cli
 
@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from toolsafe.gateway import cli as gateway_cli
 
-    gateway_cli.add_commands(commands)
+    gateway_cli.add_parser(commands)
 
     from toolsafe.cli import mcp as mcp_cli
 

@@ -18,7 +18,7 @@ EMBEDDED_BROKER: Final = "toolsafe-broker"
 EXIT_USAGE: Final = 2
 
 
-def add_commands(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     serve = commands.add_parser("serve", help="run the HTTP gateway (docs/gateway.md)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on")

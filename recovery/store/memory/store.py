@@ -12,20 +12,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolsafe.recovery.canonical import changed_fields, input_hash
-from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import (
-    Decision,
     Executed,
-    InputCorrected,
     LookedUp,
     Outcome,
-    TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import (
     Claim,
     CountSources,
@@ -38,14 +32,11 @@ from toolsafe.recovery.records import (
     Submitted,
 )
 from toolsafe.recovery.rows import (
-    decision_detail,
-    decision_values,
     execution_refusal,
-    outcome_detail,
-    snapshot,
     verification_refusal,
 )
 from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
 from toolsafe.recovery.store.memory.feed import MemoryFeed
@@ -56,7 +47,6 @@ from toolsafe.recovery.store.shared import (
     CLAIM_LABEL_VERIFY,
     Change,
     Jitter,
-    Validator,
     submitted_change,
 )
 from toolsafe.recovery.store.submission import (
@@ -65,6 +55,9 @@ from toolsafe.recovery.store.submission import (
     checked_submission,
     in_batch,
 )
+
+if TYPE_CHECKING:
+    from toolsafe.recovery.store.plan import Step
 
 __all__ = ["MemoryStore"]
 
@@ -355,108 +348,43 @@ class MemoryStore(MemorySweeper, StepActions):
         rng: Jitter,
     ) -> Recorded | None:
         current = claim.step
-        decision = decide(snapshot(current, traits), outcome, now, policy, rng)
-        observed = outcome_detail(outcome)  # the adapter's envelope, kept in the event
-        # The envelope the model sees is the Decision's (as in the SQL store).
-        values = decision_values(decision)
-        change = Change(
-            "executed" if isinstance(outcome, Executed) else "looked_up",
-            decision.label,
-            {**observed, **decision_detail(decision)},
-        )
+        planned = plan.recorded(current, outcome, traits=traits, policy=policy, now=now, rng=rng)
         with self._tables.transaction():
-            moved = self._tables.cas(current, values, now, lease_owner=claim.owner, change=change)
-        return None if moved is None else Recorded(moved, decision)
+            moved = self._tables.cas(
+                current, planned.values, now, lease_owner=claim.owner, change=planned.change
+            )
+        return None if moved is None else Recorded(moved, planned.decision)
 
     # -------------------------------------------------------------- agents and operators
 
     def _act(
         self,
         operation_ref: str,
-        outcome_for: Callable[[StepRecord], Outcome],
+        outcome_for: Callable[[Step], Outcome],
         *,
         kind: str,
         detail: Mapping[str, Any],
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
-        values_for: Callable[[StepRecord, Decision], Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Recorded:
         with self._tables.transaction():
             current = self._tables.steps.get(operation_ref)
             if current is None:
                 raise StepNotFound(operation_ref)
-            decision = decide(
-                snapshot(current, traits), outcome_for(current), now, policy, self._rng
+            planned = plan.acted(
+                current,
+                outcome_for(current),
+                kind=kind,
+                detail=detail,
+                traits=traits,
+                policy=policy,
+                now=now,
+                rng=self._rng,
+                extra=extra,
             )
-            values = decision_values(decision)
-            if values_for is not None:
-                values.update(values_for(current, decision))
-            change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
-            moved = self._tables.cas(current, values, now, change=change)
+            moved = self._tables.cas(current, planned.values, now, change=planned.change)
         if moved is None:  # pragma: no cover - the lock admits no change in between
-            raise TransitionRefused(
-                CONCURRENT_CHANGE,
-                f"step {operation_ref} changed while the {kind} was applied; read it and retry",
-            )
-        return Recorded(moved, decision)
-
-    def provide_input(
-        self,
-        operation_ref: str,
-        new_input: Mapping[str, Any],
-        *,
-        validate: Validator,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-        stored: Mapping[str, Any] | None = None,
-        digest: str | None = None,
-        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        actor: str | None = None,
-    ) -> Recorded:
-        new_input = dict(new_input)
-        to_store = dict(stored) if stored is not None else new_input
-        new_hash = digest or input_hash(new_input)
-        field_errors = tuple(validate(new_input))
-        detail: dict[str, Any] = {"input_hash": new_hash}
-        if actor is not None:
-            detail["actor"] = actor
-
-        def outcome_for(step: StepRecord) -> Outcome:
-            before = open_stored(dict(step.input)) if open_stored is not None else step.input
-            changed = changed_fields(before, new_input)
-            detail["changed_fields"] = sorted(changed)  # names only, never the values
-            return InputCorrected(new_hash, changed, field_errors)
-
-        return self._act(
-            operation_ref,
-            outcome_for,
-            kind="input_provided",
-            detail=detail,
-            traits=traits,
-            policy=policy,
-            now=now,
-            values_for=lambda _step, _decision: {"input": to_store},
-        )
-
-    def _decided(
-        self,
-        operation_ref: str,
-        outcome: Outcome,
-        *,
-        kind: str,
-        detail: Mapping[str, Any],
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        return self._act(
-            operation_ref,
-            lambda _current: outcome,
-            kind=kind,
-            detail=detail,
-            traits=traits,
-            policy=policy,
-            now=now,
-        )
+            raise plan.changed_meanwhile(operation_ref, kind)
+        return Recorded(moved, planned.decision)

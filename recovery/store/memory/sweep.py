@@ -7,17 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
-from toolsafe.recovery.decide import decide
-from toolsafe.recovery.outcomes import LeaseExpired
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import Recorded, StepRecord
-from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
 from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES
+from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.errors import StepNotFound
 from toolsafe.recovery.store.memory.tables import Tables, utc
-from toolsafe.recovery.store.shared import Change, Jitter
+from toolsafe.recovery.store.shared import Jitter
 
 
 class MemorySweeper:
@@ -76,19 +73,19 @@ class MemorySweeper:
         *,
         owner_gone: bool = False,
     ) -> Recorded | None:
-        """The one guarded transition of a lost lease (R4), as ``sweep.expire_one``."""
-        decision = decide(snapshot(current, traits), LeaseExpired(), now, policy, rng)
-        detail: dict[str, Any] = {
-            "owner": current.lease_owner,
-            "lease_expires_at": iso(current.lease_expires_at),
-        }
-        if owner_gone:
-            detail["owner_gone"] = True
-        change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
-        moved = self._tables.cas(
-            current, decision_values(decision), now, lease_owner=current.lease_owner, change=change
+        """The one guarded transition of a lost lease (R4), planned by ``plan.lease_expired``:
+        a compare-and-set on state, version and the lease owner."""
+        planned = plan.lease_expired(
+            current, traits=traits, policy=policy, now=now, rng=rng, owner_gone=owner_gone
         )
-        return None if moved is None else Recorded(moved, decision)
+        moved = self._tables.cas(
+            current,
+            planned.values,
+            now,
+            lease_owner=current.lease_owner,
+            change=planned.change,
+        )
+        return None if moved is None else Recorded(moved, planned.decision)
 
     def expire_leases(
         self,

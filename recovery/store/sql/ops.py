@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,24 +27,20 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from toolsafe.recovery.decide import decide
 from toolsafe.recovery.guards import EXECUTION
-from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, Outcome
+from toolsafe.recovery.outcomes import Decision, Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.reasons import NOOP_CLAIMED
 from toolsafe.recovery.records import EventRecord, StepRecord, step_record
 from toolsafe.recovery.rows import (
-    decision_detail,
-    decision_values,
     execution_refusal,
     json_ready,
-    outcome_detail,
-    snapshot,
     updated_record,
     verification_refusal,
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.shared import CLAIM_LABEL_VERIFY, Change, submitted_change
 from toolsafe.recovery.store.sql.compiled import compiled_for
 from toolsafe.recovery.store.sql.statements import (
@@ -434,47 +430,13 @@ def record(
     its version (and lease owner) matches nothing and the lease was lost (R4, R5).
     """
     current = claimed
-    decision = decide(snapshot(current, traits), outcome, now, policy, rng)
-    observed = outcome_detail(outcome)  # the adapter's envelope, kept in the event
-    shown = None
-    if isinstance(outcome, Executed) and decision.envelope is outcome.envelope:
-        shown = observed["envelope"]  # serialised once, for both uses
-    values = decision_values(decision, shown)
-    change = Change(
-        "executed" if isinstance(outcome, Executed) else "looked_up",
-        decision.label,
-        {**observed, **decision_detail(decision)},
+    planned = plan.recorded(current, outcome, traits=traits, policy=policy, now=now, rng=rng)
+    values, decision = planned.values, planned.decision
+    row = cas_update(
+        conn, current, values, now, lease_owner=owner, change=planned.change, slim=True
     )
-    row = cas_update(conn, current, values, now, lease_owner=owner, change=change, slim=True)
     if row is None:
         return None
     # ``published_at`` is bookkeeping written without a version: the row's, not the claim's.
     written = {**values, "published_at": row.published_at}
     return updated_record(current, written, now), decision
-
-
-def apply_action(
-    conn: Connection,
-    current: Row[Any],
-    *,
-    outcome_for: Callable[[Row[Any]], Outcome],
-    kind: str,
-    detail: Mapping[str, Any],
-    traits: ToolTraits,
-    policy: Policy,
-    now: datetime,
-    rng: random.Random,
-    values_for: Callable[[Row[Any], Decision], Mapping[str, Any]] | None = None,
-) -> Decided | None:
-    """An agent's or operator's action on ``current`` (fetched with ``lock=True`` in this
-    transaction); ``TransitionRefused`` from ``decide`` writes nothing. None when the
-    step changed under it."""
-    decision = decide(snapshot(current, traits), outcome_for(current), now, policy, rng)
-    values = decision_values(decision)
-    if values_for is not None:
-        values.update(values_for(current, decision))
-    change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
-    row = cas_update(conn, current, values, now, change=change)
-    if row is None:
-        return None
-    return row, decision

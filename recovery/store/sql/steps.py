@@ -11,23 +11,19 @@ import random
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, Row, select
 
 from toolsafe.adapters.envelope import CommitState
-from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.db import READ_ONLY, with_db_retry
 from toolsafe.recovery.outcomes import (
     Decision,
     Executed,
-    InputCorrected,
     LookedUp,
     Outcome,
-    TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import (
     Claim,
     CountSources,
@@ -43,9 +39,10 @@ from toolsafe.recovery.records import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
-from toolsafe.recovery.store.shared import Jitter, Validator
+from toolsafe.recovery.store.shared import Jitter
 from toolsafe.recovery.store.sql import leases as leases
 from toolsafe.recovery.store.sql import ops as ops
 from toolsafe.recovery.store.sql import outbox as outbox
@@ -60,6 +57,9 @@ from toolsafe.recovery.store.submission import (
     in_batch,
     valid_operation_ref,
 )
+
+if TYPE_CHECKING:
+    from toolsafe.recovery.store.plan import Step
 
 __all__ = ["StepStore"]
 
@@ -434,106 +434,34 @@ class StepStore(StepActions):
     def _act(
         self,
         operation_ref: str,
-        outcome_for: Callable[[Row[Any]], Outcome],
+        outcome_for: Callable[[Step], Outcome],
         *,
         kind: str,
         detail: Mapping[str, Any],
         traits: ToolTraits,
         policy: Policy,
         now: datetime,
-        values_for: Callable[[Row[Any], Decision], Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Recorded:
-        def work(conn: Connection) -> ops.Decided | None:
+        def work(conn: Connection) -> tuple[Row[Any], Decision] | None:
             current = sql.fetch(conn, operation_ref, lock=True)
             if current is None:
                 raise StepNotFound(operation_ref)
-            return ops.apply_action(
-                conn,
+            planned = plan.acted(
                 current,
-                outcome_for=outcome_for,
+                outcome_for(current),
                 kind=kind,
                 detail=detail,
                 traits=traits,
                 policy=policy,
                 now=now,
                 rng=self._rng,
-                values_for=values_for,
+                extra=extra,
             )
+            row = sql.cas_update(conn, current, planned.values, now, change=planned.change)
+            return None if row is None else (row, planned.decision)
 
         decided = self._write(work)
         if decided is None:
-            raise TransitionRefused(
-                CONCURRENT_CHANGE,
-                f"step {operation_ref} changed while the {kind} was applied; read it and retry",
-            )
+            raise plan.changed_meanwhile(operation_ref, kind)
         return Recorded(step_record(decided[0]), decided[1])
-
-    def provide_input(
-        self,
-        operation_ref: str,
-        new_input: Mapping[str, Any],
-        *,
-        validate: Validator,
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-        stored: Mapping[str, Any] | None = None,
-        digest: str | None = None,
-        open_stored: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        actor: str | None = None,
-    ) -> Recorded:
-        """needs_input → pending with the new input, same operation_ref; raises
-        ``TransitionRefused`` (identical input, flagged field unchanged, invalid).
-
-        With secret fields the caller passes the plain ``new_input`` (validated and
-        compared), what to ``stored`` (sealed), its ``digest``, and ``open_stored`` to
-        read the row's sealed input for the comparison."""
-        new_input = dict(new_input)
-        to_store = dict(stored) if stored is not None else new_input
-        new_hash = digest or input_hash(new_input)
-        field_errors = tuple(validate(new_input))
-
-        detail: dict[str, Any] = {"input_hash": new_hash}
-        if actor is not None:
-            detail["actor"] = actor
-
-        def outcome_for(row: Row[Any]) -> Outcome:
-            before = open_stored(dict(row.input)) if open_stored is not None else row.input
-            changed = changed_fields(before, new_input)
-            detail["changed_fields"] = sorted(changed)  # names only, never the values
-            return InputCorrected(new_hash, changed, field_errors)
-
-        def values_for(row: Row[Any], decision: Decision) -> Mapping[str, Any]:
-            return {"input": to_store}
-
-        return self._act(
-            operation_ref,
-            outcome_for,
-            kind="input_provided",
-            detail=detail,
-            traits=traits,
-            policy=policy,
-            now=now,
-            values_for=values_for,
-        )
-
-    def _decided(
-        self,
-        operation_ref: str,
-        outcome: Outcome,
-        *,
-        kind: str,
-        detail: Mapping[str, Any],
-        traits: ToolTraits,
-        policy: Policy,
-        now: datetime,
-    ) -> Recorded:
-        return self._act(
-            operation_ref,
-            lambda _current: outcome,
-            kind=kind,
-            detail=detail,
-            traits=traits,
-            policy=policy,
-            now=now,
-        )

@@ -11,17 +11,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, or_, select, text, update
 
-from toolsafe.recovery.decide import decide
-from toolsafe.recovery.outcomes import LeaseExpired
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
 from toolsafe.recovery.schema import (
     LEASED_STATE_PREDICATE,
     PARKED_STATE_PREDICATE,
     WORK_STATE_PREDICATE,
     steps,
 )
-from toolsafe.recovery.store.shared import Change
+from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.sql.ops import Decided
 from toolsafe.recovery.store.sql.statements import cas_update
 
@@ -74,23 +71,18 @@ def expire_one(
     compare-and-set on state, version and the lease owner, so a lease renewed, recorded
     or taken over meanwhile is left alone. ``owner_gone`` marks an owner proven dead
     before its lease ran out (the event says so)."""
-    decision = decide(snapshot(current, traits), LeaseExpired(), now, policy, rng)
-    detail: dict[str, Any] = {
-        "owner": current.lease_owner,
-        "lease_expires_at": iso(current.lease_expires_at),
-    }
-    if owner_gone:
-        detail["owner_gone"] = True
-    change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
+    planned = plan.lease_expired(
+        current, traits=traits, policy=policy, now=now, rng=rng, owner_gone=owner_gone
+    )
     row = cas_update(
         conn,
         current,
-        decision_values(decision),
+        planned.values,
         now,
         lease_owner=current.lease_owner,
-        change=change,
+        change=planned.change,
     )
-    return None if row is None else (row, decision)
+    return None if row is None else (row, planned.decision)
 
 
 def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -> list[Row[Any]]:
