@@ -136,13 +136,6 @@ class RedisBrokerWatch:
             window = judge(marker, run_id, started, now, self._seen)
             self._seen = run_id
             client.set(MARKER_KEY, Marker(run_id, now, window).dump())
-            if window is not None and (marker is None or marker.recovering != window):
-                log.warning(
-                    "the broker lost hints sent %s to %s; re-sending them",
-                    "from the start" if window.since is None else window.since.isoformat(),
-                    window.until.isoformat(),
-                    extra={"event": "broker_loss"},
-                )
             return window
 
         try:

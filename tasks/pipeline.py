@@ -443,6 +443,14 @@ def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: dateti
             else:
                 hints.execute(step.operation_ref, None, now, tool=step.tool)
         _event("recovered", step.operation_ref, state=str(step.state))
+    if lost:
+        log.warning(
+            "the broker lost the hints of %d steps (sent %s to %s); re-sent",
+            len(lost),
+            "from the start" if window.since is None else window.since.isoformat(),
+            window.until.isoformat(),
+            extra={"event": "broker_loss", "steps": len(lost)},
+        )
     if len(lost) < settings.sweep_batch:
         watch.recovered(window)
     return len(lost)

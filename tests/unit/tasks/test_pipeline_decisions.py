@@ -409,7 +409,13 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     submit(runtime, "lost")  # committed, its hint never went out
     verifying_since(runtime, "unchecked")
     counts = pipeline.sweep(runtime, hints)
-    assert counts == {"expired": 1, "republished": 2, "recovered": 0, "released": 0, "notices_resent": 0}
+    assert counts == {
+        "expired": 1,
+        "republished": 2,
+        "recovered": 0,
+        "released": 0,
+        "notices_resent": 0,
+    }
     crashed = store.get("crashed")
     assert (crashed.state, crashed.commit_state) == (S.VERIFYING, "unknown")
     sent = hints.take()
@@ -436,10 +442,22 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
     submit(runtime, "lost")
     backlog = SETTINGS.sweep_batch + 1
     deferred = pipeline.sweep(runtime, hints, lambda: backlog)
-    assert deferred == {"expired": 0, "republished": 0, "recovered": 0, "released": 0, "notices_resent": 0}
+    assert deferred == {
+        "expired": 0,
+        "republished": 0,
+        "recovered": 0,
+        "released": 0,
+        "notices_resent": 0,
+    }
     assert hints.take() == [] and store.get("lost").published_at is None
     resumed = pipeline.sweep(runtime, hints, lambda: None)
-    assert resumed == {"expired": 0, "republished": 1, "recovered": 0, "released": 0, "notices_resent": 0}
+    assert resumed == {
+        "expired": 0,
+        "republished": 1,
+        "recovered": 0,
+        "released": 0,
+        "notices_resent": 0,
+    }
     assert hints.take() == [Hint("execute", "lost")]
 
 
