@@ -197,7 +197,7 @@ def run_concurrent(
         client = Client(create_app(Settings.from_env(env)))
         prefix = f"c{uuid.uuid4().hex[:6]}/"
         try:
-            client.submit(TOOL, {"n": -1, "call_ms": 0}, operation_ref=f"{prefix}warm")
+            client.submit(TOOL, {"n": 0, "call_ms": 0}, operation_ref=f"{prefix}warm")
 
             def local(agent: int, index: int, prefix: str = prefix, one: Client = client) -> None:
                 one.submit(TOOL, {"n": index, "call_ms": 0}, f"{prefix}in/{agent}/{index}")
@@ -206,7 +206,7 @@ def run_concurrent(
             broker.clear()
             token = (
                 KeyStore(client.runtime.store.engine)  # type: ignore[attr-defined]
-                .create(f"agents-{prefix}", "agent", None, now=utcnow())
+                .create(f"agents-{prefix.rstrip('/')}", "agent", None, now=utcnow())
                 .token
             )
             with (
@@ -216,7 +216,7 @@ def run_concurrent(
                 remotes = [GatewayClient(url, token, timeout=30) for _ in range(agents)]
                 try:
                     for remote in remotes:  # connections open before the clock starts
-                        remote.submit(TOOL, {"n": -1, "call_ms": 0}, f"{prefix}w/{id(remote)}")
+                        remote.submit(TOOL, {"n": 0, "call_ms": 0}, f"{prefix}w/{id(remote)}")
 
                     def over_http(
                         agent: int,
