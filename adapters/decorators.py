@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeAlias, cast, overload
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolsafe.adapters import codes
 from toolsafe.adapters.function import ErrorTable, FunctionAdapter, Raised
 from toolsafe.adapters.protocol import CallContext
+from toolsafe.adapters.sending import KeyPlace, check_before_send
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class _Options:
     title: str | None = None
     errors: ErrorTable = field(default_factory=dict)
     absent: tuple[type[BaseException], ...] = ()
+    before_send: tuple[type[BaseException], ...] = ()
+    idempotency_place: KeyPlace | None = None
     upstream_codes: Mapping[str, str] = field(default_factory=dict)
     evidence: str | Callable[[Any], object] | None = "id"
     failed: Callable[[Any], bool] | None = None
@@ -150,6 +153,8 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         "title": options.title,
         "errors": dict(options.errors),
         "absent": tuple(options.absent),
+        "before_send": check_before_send(name, options.before_send),
+        "idempotency_place": options.idempotency_place,
         "upstream_codes": dict(options.upstream_codes),
         "timeout": options.timeout,
         "max_retry_after": options.max_retry_after,
@@ -157,7 +162,7 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         "__module__": getattr(function, "__module__", __name__),
     }
     klass = cast(type[FunctionAdapter], type(f"{_camel(name)}Tool", (FunctionAdapter,), attributes))
-    return klass(
+    adapter = klass(
         function,
         options.lookup,
         model_param=shape.model_param,
@@ -166,6 +171,8 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         evidence=options.evidence,
         failed=options.failed,
     )
+    adapter.refuse_unknowable()
+    return adapter
 
 
 Decorator: TypeAlias = Callable[[Callable[..., object]], FunctionAdapter]
@@ -185,6 +192,8 @@ def tool(
     title: str | None = None,
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
+    before_send: Iterable[type[BaseException]] = (),
+    idempotency_place: KeyPlace | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
@@ -207,6 +216,8 @@ def tool(
     title: str | None = None,
     errors: ErrorTable | None = None,
     absent: tuple[type[BaseException], ...] = (),
+    before_send: Iterable[type[BaseException]] = (),
+    idempotency_place: KeyPlace | None = None,
     upstream_codes: Mapping[str, str] | None = None,
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
@@ -223,7 +234,13 @@ def tool(
     take ``context: CallContext``. What it returns is the result; ``evidence`` names the
     field (or a callable) that proves the write. ``lookup(operation_ref)`` returns the
     record, or ``None`` when the downstream does not hold it. ``errors`` maps exception
-    types to catalogue codes; any other exception is ``unknown`` and gets verified.
+    types to catalogue codes; any other exception is ``unknown`` and gets verified. An
+    exception that can be raised after the request may have left (a read timeout, a
+    connection reset; ``toolsafe.adapters.sending``) may map only to ``OUTCOME_UNKNOWN``
+    unless it is listed in ``before_send`` (raised only before anything is sent): the
+    decorator refuses the table otherwise, naming the exception and the code.
+    ``idempotency_place`` (a ``KeyPlace``) says where the function sends the
+    operation_ref, for the conformance kit to check.
     ``description`` (default: the docstring) is what a model reads about the tool;
     ``title`` an optional display name.
     """
@@ -236,6 +253,8 @@ def tool(
         title=title,
         errors=errors or {},
         absent=absent,
+        before_send=tuple(before_send),
+        idempotency_place=idempotency_place,
         upstream_codes=upstream_codes or {},
         evidence=evidence,
         failed=failed,

@@ -21,6 +21,7 @@ from toolsafe.adapters.http_responses import (
     error_parts,
     parse_retry_after,
     reports_failure,
+    reports_pending,
     snake_case,
 )
 from toolsafe.adapters.protocol import (
@@ -32,6 +33,7 @@ from toolsafe.adapters.protocol import (
     LookupUnavailable,
 )
 from toolsafe.adapters.redaction import clean_text, safe_text
+from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
 
 EVIDENCE_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,99}$")
 _RESULT_DEPTH: Final = 6
@@ -142,6 +144,11 @@ class FunctionAdapter(Adapter[BaseModel]):
 
     errors: ClassVar[Mapping[type[BaseException], str | Raised]] = {}
     absent: ClassVar[tuple[type[BaseException], ...]] = ()
+    # Exception types the author declares raised only before anything is sent.
+    before_send: ClassVar[tuple[type[BaseException], ...]] = ()
+    # Where the function sends the operation_ref (None: not declared); the conformance
+    # kit checks that it arrives there when it can see the requests.
+    idempotency_place: ClassVar[KeyPlace | None] = None
     upstream_codes: ClassVar[Mapping[str, str]] = {}
     timeout: ClassVar[float | None] = None
     max_retry_after: ClassVar[timedelta] = timedelta(minutes=5)
@@ -200,6 +207,38 @@ class FunctionAdapter(Adapter[BaseModel]):
             around_lookup=around_lookup,
         )
         return copy
+
+    def refuse_unknowable(self) -> None:
+        """A write's ``errors`` table may not map an exception that can follow a sent
+        request (a timeout, a connection lost mid-response) to a code that claims to
+        know, unless it is declared ``before_send`` (``toolsafe.adapters.sending``)."""
+        if not self.writes:
+            return
+        declared = []
+        for raised, entry in self.errors.items():
+            code = entry.code if isinstance(entry, Raised) else entry
+            declared.append(Declared(raised, code, codes.spec_for(code).commit_state))
+        refuse_unknowable(self.tool, "errors=", declared, self.before_send)
+
+    @property
+    def ref_param(self) -> str | None:
+        """The parameter the operation_ref is passed in (None for a read)."""
+        return self._ref_param
+
+    def replaced(
+        self, function: Callable[..., object], lookup_function: Callable[[str], object] | None
+    ) -> FunctionAdapter:
+        """A copy calling ``function`` and ``lookup_function`` in place of its own, under
+        the same declaration: how the conformance kit's dry run puts a double behind it."""
+        return type(self)(
+            function,
+            lookup_function,
+            model_param=self._model_param,
+            ref_param=self._ref_param,
+            context_param=self._context_param,
+            evidence=self.evidence,
+            failed=self._failed,
+        )
 
     # --- calling -------------------------------------------------------------------
     def _arguments(
@@ -349,6 +388,11 @@ class FunctionAdapter(Adapter[BaseModel]):
             if mapped is not None:
                 return self.error(mapped, operation_ref, {})
             return self.error(codes.UPSTREAM_ERROR, operation_ref, {}, unknown=self.writes)
+        if self.writes and isinstance(value, Mapping) and reports_pending(value):
+            # Queued is not stored: a job id is no evidence of the record.
+            return self.error(
+                codes.OUTCOME_UNKNOWN, operation_ref, {"reason": "accepted_not_stored"}
+            )
         evidence = _evidence(value, self.evidence)
         if self.writes and evidence is None:
             return self.error(codes.UNREADABLE_RESPONSE, operation_ref)

@@ -29,6 +29,7 @@ from toolsafe.adapters.http_responses import (
     observe,
     read_bounded,
     reports_failure,
+    reports_pending,
     retry_after_delay,
     snake_case,
     transport_failure,
@@ -43,11 +44,19 @@ from toolsafe.adapters.protocol import (
     LookupUnavailable,
 )
 from toolsafe.adapters.redaction import clean_text, looks_like_instructions
+from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
 
 log = logging.getLogger("toolsafe.adapters.http")
 
 _EVIDENCE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,99}$")
 _UPSTREAM_CODE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,62}$")
+_MAYBE_SENT: Final = (
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,8 @@ class HttpAdapter(Adapter[InputT]):
     # Where an object lookup says how many records the downstream holds for the ref.
     lookup_count_field: ClassVar[str | None] = None
     # A 404 from the lookup counts as "not found" only when it carries one of these codes
-    # (None: any 404): a misrouted lookup must not pass for "the write never happened".
+    # (None: any 404 for an object lookup, none for a list lookup, whose absent is []):
+    # a misrouted lookup must not pass for "the write never happened".
     lookup_not_found_codes: ClassVar[frozenset[str] | None] = None
     # Upstream error code → catalogue code; any other upstream code is UPSTREAM_ERROR.
     upstream_codes: ClassVar[Mapping[str, str]] = {}
@@ -122,6 +132,12 @@ class HttpAdapter(Adapter[InputT]):
     record_key: ClassVar[str | None] = None
     result_fields: ClassVar[tuple[str, ...]] = ()
     evidence_field: ClassVar[str | None] = "id"
+    # httpx exception types this adapter's transport raises only before sending: a
+    # classify_exception override may then call them not_committed.
+    before_send: ClassVar[tuple[type[BaseException], ...]] = ()
+    # Where the operation_ref travels (None: the ``idempotency_header`` of the settings);
+    # the conformance kit checks that it arrives there.
+    idempotency_place: ClassVar[KeyPlace | None] = None
 
     def __init__(self, settings: HttpSettings, client: httpx.Client | None = None) -> None:
         self.settings = settings
@@ -158,6 +174,21 @@ class HttpAdapter(Adapter[InputT]):
         twin._pid = 0
         return twin
 
+    def refuse_unknowable(self) -> None:
+        """A write's ``classify_exception`` (an override included) must call every httpx
+        error that can follow a sent request ``unknown``: probed with each of them at
+        registration, since the hook is pure classification."""
+        if not self.writes:
+            return
+        declared = []
+        for klass in _MAYBE_SENT:
+            if issubclass(klass, self.before_send):
+                continue
+            envelope = self.classify_exception(klass("probe"), "toolsafe/probe", 1)
+            declared.append(Declared(klass, envelope.code, envelope.commit_state))
+        where = f"{type(self).__qualname__}.classify_exception"
+        refuse_unknowable(self.tool, where, declared, self.before_send)
+
     # --- what to send --------------------------------------------------------------
     def request_path(self, data: InputT) -> str:
         return self.path
@@ -171,6 +202,10 @@ class HttpAdapter(Adapter[InputT]):
         if context.approval_ref:
             sent[self.settings.approval_header] = context.approval_ref
         return sent
+
+    def key_place(self) -> KeyPlace:
+        """Where this adapter sends the operation_ref as the idempotency key."""
+        return self.idempotency_place or KeyPlace("header", self.settings.idempotency_header)
 
     def _url(self, path: str) -> str:
         return self.settings.base_url.rstrip("/") + path
@@ -285,6 +320,10 @@ class HttpAdapter(Adapter[InputT]):
                 return self._unreadable(operation_ref, details)
             if self.body_reports_failure(body):
                 return self.parse_failure(body, observed, operation_ref, attempts_left)
+            if self.writes and self.body_reports_pending(body, status):
+                # Accepted is not stored: nothing proves the record exists yet.
+                details["reason"] = "accepted_not_stored"
+                return self.error(codes.OUTCOME_UNKNOWN, operation_ref, details)
             return self.parse_success(body, observed, operation_ref)
         waited = self._not_before(observed)
         if status == 429 or (status == 503 and waited is not None):
@@ -320,6 +359,12 @@ class HttpAdapter(Adapter[InputT]):
         ``ok``/``success`` false, an ``error``, or a ``status`` of error/failed. Override
         for a downstream that says it otherwise (``{"result": "DECLINED"}``)."""
         return reports_failure(body)
+
+    def body_reports_pending(self, body: Mapping[str, Any], status: int) -> bool:
+        """Whether a 2xx to a write says the work was only accepted, not done: a 202, or
+        a ``status`` of queued/pending/accepted/processing/scheduled. Such a write is
+        ``unknown`` and verified by lookup, never a success."""
+        return status == 202 or reports_pending(body)
 
     def parse_failure(
         self, body: Mapping[str, Any], observed: Observed, operation_ref: str, attempts_left: int
@@ -481,7 +526,12 @@ class HttpAdapter(Adapter[InputT]):
         now = observed.received_at
         if observed.status == 404:
             upstream, _ = self.upstream_error(observed.json_object() or {})
-            if self.lookup_not_found_codes is None or upstream in self.lookup_not_found_codes:
+            declared = self.lookup_not_found_codes
+            # A list lookup says "absent" with []: its 404 is a missing route or a
+            # proxy's, unless the service's own 404 shape is declared.
+            if declared is None and self.lookup_returns == "object":
+                return LookupNotFound(checked_at=now)
+            if declared is not None and upstream in declared:
                 return LookupNotFound(checked_at=now)
             return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNEXPECTED_404)
         if not 200 <= observed.status < 300:

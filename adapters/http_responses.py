@@ -189,6 +189,16 @@ def body_texts(value: Any, limit: int = 256) -> list[str]:
     return found
 
 
+PENDING_STATES: Final = frozenset({"queued", "pending", "accepted", "processing", "scheduled"})
+
+
+def reports_pending(body: Mapping[str, Any]) -> bool:
+    """Whether a body says the work was only accepted, not done (``status: "queued"``):
+    an answer that names no stored record."""
+    state = body.get("status")
+    return isinstance(state, str) and state.lower() in PENDING_STATES
+
+
 def reports_failure(body: Mapping[str, Any]) -> bool:
     """Whether a 2xx body says the operation failed (the legacy "200 with an error")."""
     status = body.get("status")

@@ -194,3 +194,9 @@ class Adapter(ABC, Generic[InputT]):
     def lookup(self, operation_ref: str) -> LookupResult:
         """Look the operation up downstream by its operation_ref."""
         raise NotImplementedError(f"adapter {self.tool!r} has no lookup")
+
+    def refuse_unknowable(self) -> None:
+        """Raise ``toolsafe.adapters.sending.UnknowableMapping`` when the adapter maps an
+        exception that can follow a sent request to an outcome that claims to know;
+        called at registration. The toolkits check what they can tell; a hand-written
+        adapter is checked by ``toolsafe check-adapter``."""

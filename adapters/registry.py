@@ -30,10 +30,14 @@ class AdapterSettings:
     """What an adapter module reads from the environment: ``model``'s fields, each from
     ``TOOLSAFE_<prefix>_<FIELD>`` (``prefix="EXAMPLE"``, field ``timeout`` →
     ``TOOLSAFE_EXAMPLE_TIMEOUT``). A field's ``description`` is the expected form that a
-    bad value's error names; fields without a variable keep their defaults."""
+    bad value's error names; fields without a variable keep their defaults. ``target``
+    names the field holding the downstream's URL."""
 
     prefix: str
     model: type[BaseModel]
+    # The field that holds the downstream's URL (the adapters' target): the conformance
+    # kit reads it, and replaces it to point the adapters elsewhere (staging, its proxy).
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if not _PREFIX.fullmatch(self.prefix):
@@ -42,6 +46,10 @@ class AdapterSettings:
             )
         if not (isinstance(self.model, type) and issubclass(self.model, BaseModel)):
             raise TypeError("AdapterSettings.model must be a pydantic model class")
+        if self.target is not None and self.target not in self.model.model_fields:
+            raise ValueError(
+                f"AdapterSettings.target {self.target!r} is not a field of {self.model.__name__}"
+            )
 
     def defaults(self, module: str) -> BaseModel:
         """The model with every field at its default (a settings value built in code)."""
@@ -82,6 +90,7 @@ class Registry:
             raise AdapterLoadError(type(adapter).__module__, "adapter has no tool name")
         if tool in self._adapters and self._adapters[tool] is not adapter:
             raise DuplicateToolError(tool)
+        adapter.refuse_unknowable()
         self._adapters[tool] = adapter
 
     def get(self, tool: str) -> Adapter[Any]:

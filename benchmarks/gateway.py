@@ -49,9 +49,9 @@ from toolsafe.celeryconfig import QUEUES
 from toolsafe.gateway.cli import free_port
 from toolsafe.gateway.client import GatewayClient
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.feed import ChangeFeed
-from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.feed import ChangeFeed
+from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client

@@ -32,7 +32,8 @@ from toolsafe.celeryconfig import QUEUES
 from toolsafe.metrics.exporter import Exporter, Served, read_counts
 from toolsafe.metrics.queues import QueueDepth
 from toolsafe.recovery.db import make_engine
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.tally import SqlTally
 
 TARGET_MS: Final = 50.0
 TARGET_STEPS: Final = 1_000_000
@@ -173,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 events = conn.execute(b"SELECT count(*) FROM step_events").fetchone()
             load_s = time.perf_counter() - started
             loaded = size
-            exporter = Exporter(store, queues=QueueDepth(broker.url, QUEUES), gap_timeout=60)
+            exporter = Exporter(
+                SqlTally(store), queues=QueueDepth(broker.url, QUEUES), gap_timeout=60
+            )
             started = time.perf_counter()
             exporter.poll()
             catch_up = time.perf_counter() - started

@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"toolsafe store {args.store}"
     )
     from toolsafe.recovery.db import make_engine, migrate
-    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store.sql import StepStore
     from toolsafe.settings import Settings
     from toolsafe.tasks import pipeline
     from toolsafe.tasks.app import create_app

@@ -21,7 +21,8 @@ from benchmarks.common import BenchDatabase, BenchError, add_service_options, he
 from toolsafe.gateway.ui.present import GROUPS
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.overview import Overview, StepFilter
+from toolsafe.recovery.store.overview import StepFilter
+from toolsafe.recovery.store.sql.overview import Overview
 
 INDEXES: Final = ("ix_steps_state_id", "ix_steps_tool_state_id", "ix_steps_state_operation_ref")
 PER_GROUP: Final = 10

@@ -28,7 +28,7 @@ from benchmarks.common import (
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.schema import WORK_STATE_PREDICATE
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.settings import PolicySettings
 
 PARTIAL_INDEXES: Final = ("ix_steps_due_work", "ix_steps_leases", "ix_steps_parked")

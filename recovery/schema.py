@@ -31,6 +31,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from toolsafe.adapters.envelope import COMMIT_STATES
 from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES, StepState
+from toolsafe.recovery.store.shared import NOTICE_OUTCOMES
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -152,7 +153,7 @@ class Step(Base):
             "lease_expires_at",
             postgresql_where=text(LEASED_STATE_PREDICATE),
         ).ddl_if(dialect="postgresql"),
-        # The status page (toolsafe.recovery.store.overview): a state's newest steps and
+        # The status page (toolsafe.recovery.store.sql.overview): a state's newest steps and
         # its capped count, overall and for one tool, read from an index range.
         Index("ix_steps_state_id", "state", "id"),
         Index("ix_steps_tool_state_id", "tool", "state", "id"),
@@ -196,7 +197,6 @@ class StepEvent(Base):
     )
 
 
-NOTICE_OUTCOMES: Final = ("delivered", "step_moved_on")
 OPEN_NOTICE_PREDICATE: Final = "acknowledged_at IS NULL"
 
 

@@ -1,8 +1,9 @@
 """What a process needs to run steps: settings, adapters, the store and its policies.
 
-The store (and its database engine) is built lazily and again after a fork, so a
-prefork worker child never shares its parent's connections. A store handed in (the
-in-memory one of the unit tests) is used as it is.
+The store is opened lazily from its URL (``open_store``: the backend its scheme names)
+and again after a fork, so a prefork worker child never shares its parent's
+connections. A backend handed in (the in-memory one of the unit tests) is used as it
+is, and never closed here.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.owners import this_process
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.secrets import SecretBox, open_without_keys
-from toolsafe.recovery.store import StepStore, StorePort
-from toolsafe.recovery.store.feed import ChangeFeed, Feed
-from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store import Backend, StoreOptions, StorePort, open_store
+from toolsafe.recovery.store.feed import Feed
 from toolsafe.settings import Settings
 from toolsafe.tasks.faults import Faults
 
@@ -32,20 +32,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def open_store(database_url: str, *, pre_ping: bool = True) -> StepStore:
-    """A store on a new engine for this process.
-
-    ``pre_ping=False`` saves a round trip per transaction: a connection that died while
-    pooled (a database restart) then fails its first statement, and the store's
-    infrastructure retry (``with_db_retry``) runs the transaction again on a fresh one,
-    which is safe because every write is a guarded compare-and-set. Only for processes
-    that use the engine through the store alone (a worker's pool processes).
-    """
-    from toolsafe.recovery.db import make_engine
-
-    return StepStore(make_engine(database_url, pool_pre_ping=pre_ping))
-
-
 class Runtime:
     """Per-process state behind one app: adapters, store, policies, faults."""
 
@@ -53,16 +39,15 @@ class Runtime:
         self,
         settings: Settings,
         *,
-        store: StorePort | None = None,
+        backend: Backend | None = None,
         registry: Registry | None = None,
     ) -> None:
         self.settings = settings
         self.faults = Faults(settings.faults_enabled, settings.fault_plan, settings.fault_state_dir)
         self._lock = threading.Lock()
         self._registry: Registry | None = registry
-        self._given = store
-        self._store: StepStore | None = None
-        self._feed: ChangeFeed | None = None
+        self._given = backend
+        self._backend: Backend | None = None
         self._pid = os.getpid()
         self._rng = random.Random()
         # A worker's pool process reaches the database through the store only: no ping.
@@ -84,28 +69,29 @@ class Runtime:
             return self._registry
 
     @property
-    def store(self) -> StorePort:
+    def backend(self) -> Backend:
+        """The store this process opened from ``TOOLSAFE_DATABASE_URL`` (``open_store``),
+        or the one handed in: its steps, feed and optional features."""
         if self._given is not None:
             return self._given
         with self._lock:
             if self._pid != os.getpid():
                 self._forget_store()
-            if self._store is None:
-                self._store = open_store(self.settings.database_url, pre_ping=self._pre_ping)
-            return self._store
+            if self._backend is None:
+                options = StoreOptions(
+                    pre_ping=self._pre_ping, poll_interval=self.settings.notify_poll_interval
+                )
+                self._backend = open_store(self.settings.database_url, options)
+            return self._backend
+
+    @property
+    def store(self) -> StorePort:
+        return self.backend.steps
 
     @property
     def feed(self) -> Feed:
         """The process's change feed over the store (push completion for waiters)."""
-        store = self.store
-        if isinstance(store, MemoryStore):
-            return store.feed
-        if not isinstance(store, StepStore):  # pragma: no cover - the two stores there are
-            raise TypeError(f"no change feed for {type(store).__name__}")
-        with self._lock:
-            if self._feed is None or self._feed.engine is not store.engine:
-                self._feed = ChangeFeed(store.engine, self.settings.notify_poll_interval)
-            return self._feed
+        return self.backend.feed
 
     @property
     def rng(self) -> random.Random:
@@ -121,17 +107,13 @@ class Runtime:
     def close(self) -> None:
         """Close this process's database connections (the runtime stays usable)."""
         with self._lock:
-            if self._feed is not None and self._pid == os.getpid():
-                self._feed.close()
-            self._feed = None
-            if self._store is not None and self._pid == os.getpid():
-                self._store.engine.dispose()
-            self._store = None
+            if self._backend is not None and self._pid == os.getpid():
+                self._backend.close()
+            self._backend = None
 
     def _forget_store(self) -> None:
         # The inherited engine's sockets belong to the parent: never close them here.
-        self._store = None
-        self._feed = None
+        self._backend = None
         self._pid = os.getpid()
         self._rng = random.Random()
 
@@ -173,7 +155,7 @@ class Runtime:
 
 def reset_after_fork() -> None:
     """Every runtime of this process forgets its parent's store (worker_process_init);
-    a pool process's new engine does not ping (``open_store``)."""
+    a pool process's new store does not ping its connections (``StoreOptions``)."""
     for runtime in list(_RUNTIMES):
         runtime._pre_ping = False
         runtime.after_fork()

@@ -429,6 +429,16 @@ def load_settings_or_exit(environ: Mapping[str, str] | None = None, what: str = 
         raise SystemExit(2) from None
 
 
+def module_settings(module: str, environ: Mapping[str, str] | None = None) -> BaseModel | None:
+    """The settings one adapter module declares, read from ``TOOLSAFE_<PREFIX>_*`` as a
+    worker reads them (None when it declares none); a bad value names its variable."""
+    spec = _declared(module)
+    if spec is None:
+        return None
+    variables = os.environ if environ is None else environ
+    return read_model(module, spec.prefix, spec.model, variables, set(_core_variables()))
+
+
 def known_variables(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Every ``TOOLSAFE_*`` variable the settings read: toolsafe's own and those of the
     adapter modules ``TOOLSAFE_ADAPTERS`` names in ``environ`` (imports them)."""

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.registry import parse_module_list
 from toolsafe.recovery.policy import KNOBS, WHOLE_KNOBS
+from toolsafe.recovery.store.backend import known_schemes, serves
 
 PREFIX: Final = "TOOLSAFE_"
 DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
@@ -104,7 +105,6 @@ def read_model(
 # ----------------------------------------------------------------------------- parsing
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_DATABASE = re.compile(r"(sqlite|postgres|postgresql)(\+\w+)?://")
 _HOST = re.compile(
     r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
 )
@@ -205,10 +205,12 @@ class Reader:
 
     def database_url(self, name: str, default: str) -> str:
         raw = self.text(name) or default
-        if not _DATABASE.match(raw):
+        if not _SCHEME.match(raw) or not serves(raw):
+            known = ", ".join(f"{scheme}://" for scheme in known_schemes())
             raise SettingsError(
                 name,
-                "must be an sqlite:///path or postgresql://user@host/database URL, "
+                "must be a store URL such as sqlite:///path or "
+                f"postgresql://user@host/database (known schemes: {known}), "
                 f"got {raw.split('://')[0]!r}…",
             )
         return raw

@@ -51,7 +51,9 @@ class ExampleSettings(BaseModel):
     )
 
 
-ADAPTER_SETTINGS: Final = AdapterSettings(prefix="EXAMPLE", model=ExampleSettings)
+ADAPTER_SETTINGS: Final = AdapterSettings(
+    prefix="EXAMPLE", model=ExampleSettings, target="downstream_url"
+)
 
 
 def http_settings(settings: ExampleSettings) -> tuple[HttpSettings, timedelta]:

@@ -1,53 +1,73 @@
-"""The durable step store: its port, the SQLAlchemy Core implementation and an
-in-memory one.
+"""The durable step store: the port and what every backend shares on the ground floor,
+each backend a folder above it.
 
-``port`` holds the :class:`StorePort` Protocol every caller is typed against; ``steps``
-holds :class:`StepStore` (``ops`` the guarded statements, ``sql`` their dialect-specific
-forms, ``sweep`` the sweeper's queries, ``outbox`` the escalation notices owed to
-handlers); ``memory`` holds :class:`MemoryStore` (``tables`` its dicts, lists and
-compare-and-set).
+``port`` holds :class:`StorePort`, the Protocol every caller is typed against;
+``shared`` the definitions every backend uses (jitter, validator, the event of a
+change, the escalation notice); ``errors`` the store's error catalogue; ``submission``
+the checks made before a write; ``actions`` the agents' and operators' actions; ``feed``
+the change feed's protocol and subscriptions; ``keys``, ``overview``, ``tally`` and
+``retention`` the optional features' ports and records; ``backend`` :func:`open_store`,
+which picks the backend by the URL's scheme. ``sql/`` (PostgreSQL, SQLite) and
+``memory/`` are the backends; neither imports the other, and nothing here imports them.
 """
 
 from __future__ import annotations
 
-from toolsafe.recovery.store.memory import MemoryStore
-from toolsafe.recovery.store.outbox import Outbox, OutboxNotice
-from toolsafe.recovery.store.port import CountSources, EventSummary, StepSummary, StorePort
-from toolsafe.recovery.store.steps import (
-    CONCURRENT_CHANGE,
+from toolsafe.recovery.reasons import CONCURRENT_CHANGE
+from toolsafe.recovery.records import (
     Claim,
+    CountSources,
     EventRecord,
-    InvalidOperationRef,
-    Jitter,
-    OperationRefConflict,
+    EventSummary,
+    NewStep,
     Recorded,
-    StepNotFound,
     StepRecord,
-    StepStore,
+    StepSummary,
     Submitted,
-    Validator,
-    new_operation_ref,
 )
+from toolsafe.recovery.store.backend import (
+    Backend,
+    StoreOptions,
+    known_schemes,
+    open_store,
+    register_store,
+)
+from toolsafe.recovery.store.errors import (
+    FeatureMissing,
+    InvalidOperationRef,
+    OperationRefConflict,
+    StepNotFound,
+    UnknownStore,
+)
+from toolsafe.recovery.store.port import OutboxPort, StorePort
+from toolsafe.recovery.store.shared import Jitter, OutboxNotice, Validator
+from toolsafe.recovery.store.submission import new_operation_ref
 
 __all__ = [
     "CONCURRENT_CHANGE",
+    "Backend",
     "Claim",
     "CountSources",
     "EventRecord",
     "EventSummary",
+    "FeatureMissing",
     "InvalidOperationRef",
     "Jitter",
-    "MemoryStore",
+    "NewStep",
     "OperationRefConflict",
-    "Outbox",
     "OutboxNotice",
+    "OutboxPort",
     "Recorded",
     "StepNotFound",
     "StepRecord",
-    "StepStore",
     "StepSummary",
+    "StoreOptions",
     "StorePort",
     "Submitted",
+    "UnknownStore",
     "Validator",
+    "known_schemes",
     "new_operation_ref",
+    "open_store",
+    "register_store",
 ]

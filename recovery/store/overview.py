@@ -1,36 +1,18 @@
-"""What the status page reads: steps by state with filters, counted and paged by keyset,
-at a cost that does not grow with the table (``docs/status-page.md``).
-
-Counts stop at :data:`COUNT_CAP` per state (an index range of at most that many
-entries), so the overview of 10^6 steps costs what one of 10^4 does; a page is the next
-``limit`` ids below a cursor, read from the ``(state, id)`` or ``(tool, state, id)``
-index (migration ``0004_status_page``).
-"""
+"""The status page's reading of the store, as any backend answers it: which steps
+(:class:`StepFilter`), how many a state holds (:class:`Count`), and
+:class:`OverviewPort`, counts and keyset pages at a cost that does not grow with the
+table (``sql/overview.py`` over the SQL indexes; ``docs/status-page.md``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, Protocol
 
-from sqlalchemy import (
-    BindParameter,
-    ColumnElement,
-    Engine,
-    Executable,
-    Select,
-    and_,
-    bindparam,
-    func,
-    literal,
-    select,
-    union_all,
-)
-
-from toolsafe.recovery.db import READ_ONLY, with_db_retry
-from toolsafe.recovery.records import StepRecord, step_record
-from toolsafe.recovery.schema import steps
+from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.states import StepState
+
+__all__ = ["COUNT_CAP", "MAX_PAGE", "SPARSE", "Count", "OverviewPort", "StepFilter"]
 
 COUNT_CAP: Final = 10_000
 """A state's count is exact up to this; beyond it the page says "10,000+"."""
@@ -48,35 +30,6 @@ class StepFilter:
     prefix: str | None = None
     states: frozenset[StepState] | None = None
 
-    def conditions(self, dialect: str) -> list[ColumnElement[bool]]:
-        found: list[ColumnElement[bool]] = []
-        if self.tool:
-            found.append(steps.c.tool == self.tool)
-        if self.prefix:
-            found.append(prefix_condition(self.prefix, dialect))
-        return found
-
-
-def prefix_condition(prefix: str, dialect: str) -> ColumnElement[bool]:
-    """``operation_ref`` starts with ``prefix``, in a form an index serves.
-
-    PostgreSQL: ``LIKE 'prefix%'`` with the pattern inlined (a bound parameter would let
-    a cached generic plan ignore the index), read from ``ix_steps_operation_ref_prefix``
-    (``varchar_pattern_ops``, right under any collation). SQLite: the byte range
-    ``[prefix, prefix+1)``, which its BINARY-collated unique index serves.
-    """
-    column = steps.c.operation_ref
-    if dialect == "postgresql":
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        pattern: BindParameter[str] = bindparam(
-            "ref_prefix", escaped + "%", unique=True, literal_execute=True
-        )
-        return column.like(pattern, escape="\\")
-    last = ord(prefix[-1])
-    if last >= 0x10FFFF:
-        return column.startswith(prefix, autoescape=True)
-    return and_(column >= prefix, column < prefix[:-1] + chr(last + 1))
-
 
 @dataclass(frozen=True)
 class Count:
@@ -89,21 +42,8 @@ class Count:
         return f"{self.value:,}+" if self.capped else f"{self.value:,}"
 
 
-class Overview:
-    """Read-only queries over ``steps`` for the status page (one transaction each)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-
-    def _read(self, query: Executable) -> list[Any]:
-        def attempt() -> list[Any]:
-            with self.engine.connect() as conn:
-                conn.execution_options(**{READ_ONLY: True})
-                with conn.begin():
-                    return list(conn.execute(query).all())
-
-        return with_db_retry(attempt)
+class OverviewPort(Protocol):
+    """Read-only queries for the status page (one transaction each)."""
 
     def counts(
         self,
@@ -112,18 +52,7 @@ class Overview:
         states: Iterable[StepState] = tuple(StepState),
     ) -> dict[StepState, Count]:
         """Each state's count under the filter's tool and prefix, capped at ``cap``."""
-        parts: list[Select[tuple[str, int]]] = []
-        for state in states:
-            limited = (
-                select(steps.c.id)
-                .where(steps.c.state == state.value, *where.conditions(self.dialect))
-                .limit(cap + 1)
-                .subquery()
-            )
-            counted = select(func.count()).select_from(limited).scalar_subquery()
-            parts.append(select(literal(state.value), counted))
-        rows = self._read(parts[0] if len(parts) == 1 else union_all(*parts))
-        return {StepState(s): Count(min(int(n), cap), int(n) > cap) for s, n in rows}
+        ...
 
     def page(
         self,
@@ -134,38 +63,5 @@ class Overview:
         sizes: Mapping[StepState, Count] | None = None,
     ) -> tuple[list[StepRecord], int | None]:
         """The newest ``limit`` steps under the filter with an id below ``before``, and
-        the cursor of the next page (None on the last).
-
-        PostgreSQL cannot read ``state IN (...) ORDER BY id`` from one index, and for a
-        filter that matches a few steps among many it would walk the whole primary key
-        looking for them. So each state is counted first (up to :data:`SPARSE`, a
-        short index range): a state with few matches has them all read from its index
-        range and sorted here; a state with many has its newest ids read in id order
-        from ``(state, id)`` or ``(tool, state, id)``, where matches come quickly.
-        ``sizes``: the counts under the same tool and prefix, when the caller has them.
-        """
-        limit = max(1, min(limit, MAX_PAGE))
-        states = sorted(where.states if where.states is not None else StepState)
-        if sizes is None:
-            sizes = self.counts(StepFilter(where.tool, where.prefix), SPARSE, states)
-        conditions = where.conditions(self.dialect)
-        if before is not None:
-            conditions.append(steps.c.id < before)
-        many = {state for state in states if sizes[state].capped or sizes[state].value > SPARSE}
-        sparse = [state.value for state in states if sizes[state].value and state not in many]
-        dense = [state.value for state in states if state in many]
-        ids: list[int] = []
-        if sparse:
-            query = select(steps.c.id).where(steps.c.state.in_(sparse), *conditions)
-            ids.extend(int(row[0]) for row in self._read(query))
-        for state in dense:
-            query = select(steps.c.id).where(steps.c.state == state, *conditions)
-            newest = query.order_by(steps.c.id.desc()).limit(limit + 1)
-            ids.extend(int(row[0]) for row in self._read(newest))
-        chosen = sorted(ids, reverse=True)[: limit + 1]
-        if not chosen:
-            return [], None
-        rows = self._read(select(steps).where(steps.c.id.in_(chosen)).order_by(steps.c.id.desc()))
-        found = [step_record(row) for row in rows[:limit]]
-        more = len(chosen) > limit
-        return found, (found[-1].id if more and found else None)
+        the cursor of the next page (None on the last)."""
+        ...

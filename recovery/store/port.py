@@ -1,5 +1,7 @@
 """The store port: the operations the pipeline, client, sweeper, CLI, metrics and chaos
-run use, as a Protocol that the SQLAlchemy store and the in-memory store both satisfy.
+run use, as a Protocol that every backend (``sql/``, ``memory/``, any a package adds)
+satisfies. It stands on the ground floor: it imports the shared definitions, never a
+backend.
 
 Every method is one transaction; every state change a guarded compare-and-set that
 appends its event in the same transaction (R10); zero rows changed is an answer (``None``
@@ -26,8 +28,8 @@ from toolsafe.recovery.records import (
     Submitted,
 )
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.outbox import OutboxNotice
-from toolsafe.recovery.store.steps import Jitter, Validator
+from toolsafe.recovery.store.feed import Feed
+from toolsafe.recovery.store.shared import Jitter, OutboxNotice, Validator
 
 __all__ = ["CountSources", "EventSummary", "OutboxPort", "StepSummary", "StorePort"]
 
@@ -50,6 +52,11 @@ class OutboxPort(Protocol):
 
 class StorePort(Protocol):
     """The durable step store as its callers see it (R1-R10)."""
+
+    @property
+    def feed(self) -> Feed:
+        """The change feed: wakes a waiter when its step changed (push completion)."""
+        ...
 
     @property
     def outbox(self) -> OutboxPort:

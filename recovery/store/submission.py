@@ -1,15 +1,13 @@
 """What a store checks of a submission before it writes anything, and the errors it
 raises: the operation_ref (made when none is given) and its grammar, the input's shape
 and hash, a repeat of a stored ref against its call (R2), a batch's calls one by one;
-``StepNotFound``, ``OperationRefConflict``, ``InvalidOperationRef``."""
+the errors themselves are in ``errors``."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
-
-from sqlalchemy import Row
+from typing import Any, Protocol
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import (
@@ -17,67 +15,39 @@ from toolsafe.adapters.errors import (
     INPUT_NOT_JSON,
     InvalidInput,
     ToolsafeError,
-    shown,
 )
 from toolsafe.recovery.canonical import input_hash
-from toolsafe.recovery.records import NewStep, StepRecord
+from toolsafe.recovery.records import NewStep
+from toolsafe.recovery.store.errors import (
+    InvalidOperationRef,
+    OperationRefConflict,
+    StepNotFound,
+)
+
+__all__ = [
+    "InvalidOperationRef",
+    "OperationRefConflict",
+    "StepNotFound",
+    "check_repeat",
+    "checked_batch",
+    "checked_submission",
+    "in_batch",
+    "new_operation_ref",
+    "valid_operation_ref",
+]
 
 
-def _kept(value: str) -> str:
-    # An exception keeps (and pickles, and reprs) at most this much of a caller's value.
-    return value[: MAX_OPERATION_REF + 1] if isinstance(value, str) else value
+class Stored(Protocol):
+    """What a repeat is checked against: the stored step (a record or a row)."""
 
+    @property
+    def tool(self) -> str: ...
 
-def _quoted(operation_ref: str, length: int) -> str:
-    if length > len(operation_ref):
-        return f"{operation_ref[:40]!r}… ({length} characters)"
-    return shown(operation_ref)
+    @property
+    def input_hash(self) -> str: ...
 
-
-class StepNotFound(ToolsafeError, LookupError):
-    def __init__(self, operation_ref: str, length: int | None = None) -> None:
-        length = len(operation_ref) if length is None else length
-        operation_ref = _kept(operation_ref)
-        super().__init__(operation_ref, length)
-        self.operation_ref = operation_ref
-        self.length = length
-
-    def __str__(self) -> str:
-        return f"no step with operation_ref {_quoted(self.operation_ref, self.length)}"
-
-
-class OperationRefConflict(ToolsafeError, ValueError):
-    """The operation_ref exists with another tool or another input (R2)."""
-
-    def __init__(self, operation_ref: str, what: str) -> None:
-        super().__init__(operation_ref, what)
-        self.operation_ref = operation_ref
-        self.what = what
-
-    def __str__(self) -> str:
-        return (
-            f"operation_ref {shown(self.operation_ref)} already exists with a different "
-            f"{self.what}; "
-            "use a new operation_ref for a different call"
-        )
-
-
-class InvalidOperationRef(ToolsafeError, ValueError):
-    """An operation_ref that cannot travel in an envelope (see ``toolsafe.adapters.envelope``)."""
-
-    def __init__(self, operation_ref: str, length: int | None = None) -> None:
-        length = len(operation_ref) if length is None else length
-        operation_ref = _kept(operation_ref)
-        super().__init__(operation_ref, length)
-        self.operation_ref = operation_ref
-        self.length = length
-
-    def __str__(self) -> str:
-        quoted = _quoted(self.operation_ref, self.length)
-        return (
-            f"operation_ref {quoted} is not valid: 1 to {MAX_OPERATION_REF} "
-            "letters, digits and _ . : / -, starting with a letter or digit"
-        )
+    @property
+    def input(self) -> Any: ...
 
 
 def valid_operation_ref(ref: object) -> bool:
@@ -110,7 +80,7 @@ def checked_submission(
 
 def check_repeat(
     ref: str,
-    existing: StepRecord | Row[Any],
+    existing: Stored,
     tool: str,
     digest: str,
     equivalent_hashes: Collection[str],

@@ -274,3 +274,78 @@ def test_the_environment_scan_would_catch_a_read(tmp_path: Path) -> None:
         "probe.py:4 uses getenv",
     ]
     assert environment_reads(PACKAGE / "settings.py")  # the room itself does read it
+
+
+# ----------------------------------------------------------------------------- the store
+
+STORE = ROOT / "recovery" / "store"
+STORE_PACKAGE = "toolsafe.recovery.store"
+BACKENDS = ("sql", "memory")
+
+
+def _backend_imports(path: Path, backends: tuple[str, ...], module: str | None = None) -> list[str]:
+    return sorted(
+        name
+        for name in imported_modules(path, module)
+        for backend in backends
+        if _under(name, f"{STORE_PACKAGE}.{backend}")
+    )
+
+
+def test_the_stores_ground_floor_imports_no_backend() -> None:
+    """The port and the definitions every backend shares stand below the backends."""
+    ground = sorted(STORE.glob("*.py"))
+    assert STORE / "port.py" in ground and STORE / "shared.py" in ground
+    problems = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in ground
+        for name in _backend_imports(path, BACKENDS)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_backend_imports_another(backend: str) -> None:
+    files = _modules(STORE / backend)
+    assert files, f"no modules in recovery/store/{backend}"
+    others = tuple(other for other in BACKENDS if other != backend)
+    problems = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in files
+        for name in _backend_imports(path, others)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_nothing_outside_the_store_reaches_into_a_backend() -> None:
+    """Every other module goes through ``open_store`` and the port: no backend's module
+    imported, no store's ``.engine`` touched (``open_store`` names the backends by path)."""
+    problems = []
+    for path in _package_files():
+        if path == STORE or STORE in path.parents:
+            continue
+        problems += [
+            f"{path.relative_to(ROOT)} imports {name}" for name in _backend_imports(path, BACKENDS)
+        ]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        problems += [
+            f"{path.relative_to(ROOT)}:{node.lineno} reads .engine"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "engine"
+        ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_floor_scan_would_catch_a_backend_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from toolsafe.recovery.store.sql.steps import StepStore\n"
+        "from toolsafe.recovery.store import memory\n"
+        "from toolsafe.recovery.store import shared\n",
+        encoding="utf-8",
+    )
+    assert _backend_imports(probe, BACKENDS, "toolsafe.recovery.store.probe") == [
+        "toolsafe.recovery.store.memory",
+        "toolsafe.recovery.store.sql.steps",
+        "toolsafe.recovery.store.sql.steps.StepStore",
+    ]

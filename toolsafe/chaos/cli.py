@@ -17,21 +17,19 @@ EXIT_VIOLATIONS = 1
 def stats(args: argparse.Namespace) -> int:
     from toolsafe.metrics.exporter import exposition, read_counts
     from toolsafe.recovery.counts import as_json, render
-    from toolsafe.recovery.db import make_engine
-    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store import open_store
 
     url = args.database
     if url is None:
         url = args.settings.database_url
-    engine = make_engine(url)
-    store = StepStore(engine)
+    backend = open_store(url)
     try:
         if args.prometheus:
-            sys.stdout.write(exposition(store))
+            sys.stdout.write(exposition(backend.tally))
             return 0
-        counts = read_counts(store, args.prefix)
+        counts = read_counts(backend.steps, args.prefix)
     finally:
-        engine.dispose()
+        backend.close()
     if args.json:
         sys.stdout.write(json.dumps(as_json(counts), indent=2, sort_keys=True) + "\n")
     else:

@@ -57,7 +57,7 @@ from toolsafe.harness.local import (
 )
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.metrics.exporter import Exporter, Served, read_counts, serve
-from toolsafe.recovery.db import make_engine, migrate
+from toolsafe.recovery.db import migrate
 from toolsafe.recovery.states import (
     NEEDS_AGENT,
     NO_OUTCOME_YET,
@@ -66,7 +66,7 @@ from toolsafe.recovery.states import (
     WORK_STATES,
     StepState,
 )
-from toolsafe.recovery.store import StepStore, StorePort
+from toolsafe.recovery.store import StorePort, open_store
 from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
@@ -131,8 +131,8 @@ class _Run:
         assert config.broker is not None and config.database is not None, "resolved by run()"
         self.broker: str = config.broker
         self.database: str = config.database
-        self.sql_store = StepStore(make_engine(self.database))
-        self.store: StorePort = self.sql_store
+        self.backend = open_store(self.database)
+        self.store: StorePort = self.backend.steps
         self.beat: Process | None = None
         self.env: dict[str, str] = {}
         self.workers: Fleet | None = None
@@ -165,7 +165,7 @@ class _Run:
         self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
         env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
-            self.metrics = serve(Exporter(self.sql_store, poll_interval=0.2))
+            self.metrics = serve(Exporter(self.backend.tally, poll_interval=0.2))
         self.workers = Fleet()
         run_id = self.prefix[6:-1]
         for number in range(config.workers):
@@ -191,7 +191,7 @@ class _Run:
             self.workers.stop()
         if self.downstream is not None:
             self.downstream.stop()
-        self.sql_store.engine.dispose()
+        self.backend.close()
 
     # -------------------------------------------------------------- the schedule
 

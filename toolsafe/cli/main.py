@@ -310,9 +310,12 @@ def _run(args: argparse.Namespace) -> int:
     from kombu.exceptions import OperationalError as BrokerError
     from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
+    from toolsafe.recovery.store import FeatureMissing
+
     try:
         code: int = args.handler(args)
-    except SettingsError as error:
+    except (SettingsError, FeatureMissing) as error:
+        # A store without the feature the command needs is a setting to change.
         return _fail(EXIT_USAGE, str(error))
     except ToolsafeError as error:
         return _fail(EXIT_REFUSED, str(error))

@@ -19,7 +19,6 @@ from toolsafe.recovery.store import StepRecord, StorePort
 from toolsafe.tasks.views import StepView, build_view, redacted_input
 
 if TYPE_CHECKING:
-    from toolsafe.recovery.store import StepStore
     from toolsafe.tasks.client import Client
 
 
@@ -229,27 +228,16 @@ def duration(text: str) -> timedelta:
     return total
 
 
-def _sql_store(client: Client) -> StepStore:
-    """The database behind the operator's client (retention works on its tables)."""
-    from toolsafe.recovery.store import StepStore
-
-    store = client.runtime.store
-    if not isinstance(store, StepStore):
-        raise TypeError("purge and key rotation need the database store")
-    return store
-
-
 def purge(args: argparse.Namespace) -> int:
     from toolsafe.recovery.states import StepState as S
     from toolsafe.recovery.store.retention import PURGEABLE
-    from toolsafe.recovery.store.retention import purge as purge_steps
     from toolsafe.tasks.runtime import utcnow
 
     states = set(PURGEABLE) | ({S.ESCALATED} if args.include_escalated else set())
     cutoff = utcnow() - args.older_than
-    report = purge_steps(
-        _sql_store(_client()), cutoff, states=states, batch=args.batch, dry_run=args.dry_run
-    )
+    # A store without retention refuses here, naming itself and the feature.
+    retention = _client().runtime.backend.retention
+    report = retention.purge(cutoff, states=states, batch=args.batch, dry_run=args.dry_run)
     if args.json:
         _print_json({**vars(report), "before": cutoff.isoformat()})
         return 0
@@ -271,12 +259,11 @@ def secrets_new_key(args: argparse.Namespace) -> int:
 
 
 def secrets_rotate(args: argparse.Namespace) -> int:
-    from toolsafe.recovery.store.retention import reseal_inputs
     from toolsafe.settings import SettingsError
 
     runtime = _client().runtime
     if runtime.secret_box is None:
         raise SettingsError("TOOLSAFE_SECRET_KEYS", "names no key to rotate to")
-    count = reseal_inputs(_sql_store(_client()), runtime.secret_box.rotate, batch=args.batch)
+    count = runtime.backend.retention.reseal_inputs(runtime.secret_box.rotate, batch=args.batch)
     sys.stdout.write(f"re-encrypted the secret inputs of {count} steps with the first key\n")
     return 0

@@ -4,42 +4,22 @@ user's adapter through the faults that turn a careless adapter into a duplicate 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from toolsafe.adapters.errors import AdapterLoadError
+from toolsafe.adapters.function import FunctionAdapter
+from toolsafe.adapters.http import HttpAdapter
 from toolsafe.adapters.protocol import Adapter
-from toolsafe.adapters.registry import Registry
+from toolsafe.conformance.doubles import HttpDouble, function_double
+from toolsafe.conformance.function_target import CallTarget
+from toolsafe.conformance.loading import Aim, Loaded, TargetNotNamed, aim, load_adapter
 from toolsafe.conformance.report import Check, ConformanceFailure, Report, assert_conforms
 from toolsafe.conformance.scenarios import SampleInputError, run_scenarios
-from toolsafe.conformance.targets import target_for
+from toolsafe.conformance.targets import HttpTarget, Target
 
 DEFAULT_TIMEOUT = 1.0
-
-
-def load_adapter(spec: str) -> Adapter[Any]:
-    """``MODULE:TOOL``: the module's attribute ``TOOL`` when it is an adapter, else the
-    tool ``TOOL`` its ``register(registry)`` registers (as ``TOOLSAFE_ADAPTERS`` would)."""
-    module_name, sep, tool = spec.partition(":")
-    if not sep or not module_name or not tool:
-        raise AdapterLoadError(spec, "expected MODULE:TOOL, e.g. my_company.billing:create_invoice")
-    import importlib
-
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise AdapterLoadError(
-            module_name,
-            f"{error} (the module must be importable here as it must be for workers: "
-            "installed, or on PYTHONPATH)",
-        ) from error
-    candidate = getattr(module, tool, None)
-    if isinstance(candidate, Adapter):
-        return candidate
-    registry = Registry()
-    registry.load_modules([module_name])
-    return registry.get(tool)
 
 
 def read_sample(path: str | Path) -> dict[str, Any]:
@@ -58,28 +38,72 @@ def read_sample(path: str | Path) -> dict[str, Any]:
 
 
 def check_adapter(
-    adapter: Adapter[Any],
+    adapter: Adapter[Any] | Loaded,
     sample: Mapping[str, Any],
     *,
     base_url: str | None = None,
+    target_from_settings: bool = False,
+    dry_run: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     run_id: str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Report:
-    """Run every scenario against ``adapter`` (through the fault proxy when it is an HTTP
-    toolkit adapter, by wrapping its call when it is a ``@tool`` function)."""
-    target = target_for(adapter, base_url, timeout)
-    try:
-        return run_scenarios(target, sample, run_id)
-    finally:
-        target.close()
+    """Run every scenario against ``adapter`` (an adapter, or what :func:`load_adapter`
+    built from its settings). A write runs only against a target the caller names:
+    ``base_url``, ``target_from_settings`` (where its settings point), or ``dry_run`` (an
+    in-process double); otherwise :class:`TargetNotNamed` is raised before anything is
+    sent. ``announce`` is told the target first."""
+    loaded = adapter if isinstance(adapter, Loaded) else Loaded(adapter)
+    loaded.adapter.refuse_unknowable()
+    chosen = aim(loaded, base_url, target_from_settings, dry_run)
+    if announce is not None:
+        announce(chosen.line)
+    with ExitStack() as stack:
+        target = _target(loaded, chosen, timeout, stack)
+        stack.callback(target.close)
+        report = run_scenarios(target, sample, run_id)
+    report.target = chosen.line
+    return report
+
+
+def _target(loaded: Loaded, chosen: Aim, timeout: float, stack: ExitStack) -> Target:
+    adapter = loaded.adapter
+    if isinstance(adapter, HttpAdapter):
+        upstream = chosen.upstream or adapter.settings.base_url
+        if chosen.mode == "dry":
+            upstream = stack.enter_context(HttpDouble(adapter)).url
+        return HttpTarget(adapter, upstream, timeout)
+    if isinstance(adapter, FunctionAdapter):
+        if chosen.mode == "dry":
+            return CallTarget(function_double(adapter), timeout)
+        if chosen.upstream is not None and loaded.rebuild(chosen.upstream) is not None:
+            return CallTarget(adapter, timeout, chosen.upstream, _rebuilder(loaded))
+        return CallTarget(adapter, timeout)
+    if chosen.mode == "dry":
+        raise ValueError(
+            f"--dry-run: {adapter.tool!r} is neither an HTTP toolkit adapter nor a @tool "
+            "function, so the kit has no double to put behind it"
+        )
+    return Target(adapter)
+
+
+def _rebuilder(loaded: Loaded) -> Callable[[str], FunctionAdapter]:
+    def rebuild(url: str) -> FunctionAdapter:
+        built = loaded.rebuild(url)
+        assert built is not None  # checked by the caller
+        return built
+
+    return rebuild
 
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Check",
     "ConformanceFailure",
+    "Loaded",
     "Report",
     "SampleInputError",
+    "TargetNotNamed",
     "assert_conforms",
     "check_adapter",
     "load_adapter",

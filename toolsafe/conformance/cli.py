@@ -1,6 +1,9 @@
-"""``toolsafe check-adapter MODULE:TOOL --sample-input FILE [--base-url URL] [--json]``:
-the report on stdout, exit 0 when every scenario passed, 1 on any violation, 2 when the
-adapter or the sample input cannot be used."""
+"""``toolsafe check-adapter MODULE:TOOL --sample-input FILE (--base-url URL |
+--target-from-settings | --dry-run) [--json]``: the adapter is built from its settings
+as a worker builds it (``TOOLSAFE_<PREFIX>_*``); the target it writes to is printed on
+stderr before anything is sent, and a write adapter runs only against a target named
+here. The report on stdout; exit 0 when no scenario failed, 1 on any violation, 2 when
+the adapter, the sample input or the target cannot be used."""
 
 from __future__ import annotations
 
@@ -23,11 +26,22 @@ def add_parser(commands: Any) -> None:
     check.add_argument(
         "--sample-input", required=True, metavar="FILE", help="a JSON object the tool accepts"
     )
-    check.add_argument(
+    aim = check.add_mutually_exclusive_group()
+    aim.add_argument(
         "--base-url",
         default=None,
         metavar="URL",
-        help="the service to put the fault proxy in front of (default: the adapter's own)",
+        help="the (staging) service to write to, through the kit's fault proxy",
+    )
+    aim.add_argument(
+        "--target-from-settings",
+        action="store_true",
+        help="write to the target the adapter's settings name (TOOLSAFE_<PREFIX>_*)",
+    )
+    aim.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run every scenario against an in-process double; nothing leaves this process",
     )
     check.add_argument(
         "--timeout",
@@ -55,12 +69,25 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("toolsafe").setLevel(logging.ERROR)
     try:
         sample = read_sample(args.sample_input)
-        adapter = load_adapter(args.spec)
-        report = check_adapter(adapter, sample, base_url=args.base_url, timeout=args.timeout)
+        loaded = load_adapter(args.spec)
+        report = check_adapter(
+            loaded,
+            sample,
+            base_url=args.base_url,
+            target_from_settings=args.target_from_settings,
+            dry_run=args.dry_run,
+            timeout=args.timeout,
+            announce=_announce,
+        )
     except (SampleInputError, ToolsafeError, ValueError) as error:
         return _usage(str(error))
     sys.stdout.write(report.json_text() if args.json else report.text())
     return 0 if report.passed else EXIT_VIOLATION
+
+
+def _announce(line: str) -> None:
+    sys.stderr.write(f"toolsafe check-adapter: {line}\n")
+    sys.stderr.flush()
 
 
 def _usage(message: str) -> int:

@@ -52,6 +52,9 @@ class Seen:
     action: Kind
     forwarded: bool = False
     upstream_status: int | None = None
+    # What the request carried, for the kit to check where the operation_ref went.
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
 
 
 @dataclass
@@ -226,7 +229,7 @@ class FaultProxy:
             start, headers, body = message
             method, _, rest = start.partition(" ")
             target, _, version = rest.partition(" ")
-            seen = Seen(method, target, action.kind)
+            seen = Seen(method, target, action.kind, headers=tuple(headers), body=body)
             with self._lock:
                 self.seen.append(seen)
             request = _Request(method, target, version, headers, body)

@@ -5,7 +5,13 @@ top-level ``conftest.py`` with ``pytest_plugins = ["toolsafe.conformance.pytest_
         adapter_conformance.assert_conforms(
             CreateInvoice(HttpSettings(base_url=staging_url)),
             {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"},
+            base_url=staging_url,
         )
+
+The rules of ``toolsafe check-adapter`` hold: a write runs only against a target the test
+names (``base_url=``, ``target_from_settings=True``) or ``dry_run=True``; pass what
+``toolsafe.conformance.load_adapter("module:tool")`` returns to build the adapter from its
+settings as a worker does.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 import pytest
 
 from toolsafe.adapters.protocol import Adapter
-from toolsafe.conformance import DEFAULT_TIMEOUT, Report, assert_conforms, check_adapter
+from toolsafe.conformance import DEFAULT_TIMEOUT, Loaded, Report, assert_conforms, check_adapter
 
 
 class AdapterConformance:
@@ -28,16 +34,41 @@ class AdapterConformance:
         self.reports: list[Report] = []
 
     def check(
-        self, adapter: Adapter[Any], sample: Mapping[str, Any], *, base_url: str | None = None
+        self,
+        adapter: Adapter[Any] | Loaded,
+        sample: Mapping[str, Any],
+        *,
+        base_url: str | None = None,
+        target_from_settings: bool = False,
+        dry_run: bool = False,
     ) -> Report:
-        report = check_adapter(adapter, sample, base_url=base_url, timeout=self.timeout)
+        report = check_adapter(
+            adapter,
+            sample,
+            base_url=base_url,
+            target_from_settings=target_from_settings,
+            dry_run=dry_run,
+            timeout=self.timeout,
+        )
         self.reports.append(report)
         return report
 
     def assert_conforms(
-        self, adapter: Adapter[Any], sample: Mapping[str, Any], *, base_url: str | None = None
+        self,
+        adapter: Adapter[Any] | Loaded,
+        sample: Mapping[str, Any],
+        *,
+        base_url: str | None = None,
+        target_from_settings: bool = False,
+        dry_run: bool = False,
     ) -> Report:
-        report = self.check(adapter, sample, base_url=base_url)
+        report = self.check(
+            adapter,
+            sample,
+            base_url=base_url,
+            target_from_settings=target_from_settings,
+            dry_run=dry_run,
+        )
         assert_conforms(report)
         return report
 

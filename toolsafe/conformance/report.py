@@ -26,6 +26,8 @@ class Report:
     tool: str
     kind: str
     checks: list[Check] = field(default_factory=list)
+    # Where the run wrote (the line printed before anything was sent).
+    target: str = ""
 
     def add(self, scenario: str, expected: str, got: str, verdict: Verdict) -> Check:
         check = Check(scenario, expected, got, verdict)
@@ -50,6 +52,7 @@ class Report:
         return {
             "tool": self.tool,
             "kind": self.kind,
+            "target": self.target,
             "passed": self.passed,
             "counts": self.counts(),
             "checks": [asdict(check) for check in self.checks],
@@ -76,6 +79,8 @@ class Report:
         counts = self.counts()
         verdict = "PASSED" if self.passed else "FAILED"
         lines.append("")
+        if self.target:
+            lines.append(f"target: {self.target}")
         lines.append(
             f"{self.tool} ({self.kind}): {verdict} - {counts['pass']} passed, "
             f"{counts['fail']} failed, {counts['warn']} warnings, {counts['skip']} skipped"

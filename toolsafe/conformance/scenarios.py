@@ -12,7 +12,8 @@ from typing import Any
 
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult
-from toolsafe.conformance import hostile
+from toolsafe.adapters.sending import may_follow_send
+from toolsafe.conformance import hostile, messages
 from toolsafe.conformance.report import Report, Verdict
 from toolsafe.conformance.targets import (
     Attempt,
@@ -20,6 +21,7 @@ from toolsafe.conformance.targets import (
     LookupFault,
     Target,
     WriteFault,
+    key_missing,
 )
 
 SLACK = timedelta(seconds=2)
@@ -64,6 +66,9 @@ class Run:
         self.has_lookup = self.writes and bool(self.adapter.has_lookup)
         self.window: timedelta = getattr(self.adapter, "consistency_window", timedelta(0))
         self.written: list[str] = []
+        # Why the operation_ref does not reach the downstream (None: it does, or the kit
+        # cannot see the requests); set by the baseline.
+        self.key_lost: str | None = None
 
     def ref(self, name: str) -> str:
         return f"conformance/{self.run_id}/{_slug(name)}"
@@ -113,10 +118,49 @@ class Run:
         self.report.add(
             "the sample input, no fault", expected, describe(envelope), "pass" if ok else "fail"
         )
+        if self.writes:
+            self.key_arrives(ref, attempt)
+        if isinstance(envelope, ToolSuccess):
+            self.free_text(envelope.result)
         if ok:
             self.written.append(ref)
             return ref
         return None
+
+    def key_arrives(self, ref: str, attempt: Attempt) -> None:
+        """(c): the operation_ref reached the downstream where the adapter sends it."""
+        place = self.target.key_place
+        scenario = "the operation_ref reaches the downstream as its idempotency key"
+        if place is None or attempt.seen is None:
+            self.report.add(scenario, "the key where the adapter declares it",
+                            messages.KEY_UNSEEN, "skip")  # fmt: skip
+            return
+        self.key_lost = key_missing(attempt.seen, place, ref)
+        if self.key_lost is None:
+            self.report.add(scenario, f"the operation_ref in {place}", f"in {place}", "pass")
+            return
+        self.report.add(
+            scenario, f"the operation_ref in {place}", messages.key_lost(self.key_lost, place),
+            "fail",
+        )  # fmt: skip
+
+    def free_text(self, result: object) -> None:
+        """An adapter without a result_model whose success carries free text is warned."""
+        if getattr(self.adapter, "result_model", None) is not None:
+            return
+        items = result.items() if isinstance(result, dict) else ()
+        texts = [
+            key
+            for key, value in items
+            if isinstance(value, str) and (" " in value.strip() or len(value) > 40)
+        ]
+        if texts:
+            self.report.add(
+                "a success's free text has a result_model",
+                "a result_model that checks the result's shape",
+                messages.free_text(texts),
+                "warn",
+            )
 
     def write_fault(self, fault: WriteFault, ref: str) -> Attempt | None:
         try:
@@ -133,12 +177,14 @@ class Run:
         if leaked:
             got += f"; upstream text in the envelope: {', '.join(leaked)}"
         expected, failed = self.expect(fault, attempt)
+        if failed:
+            got += messages.fix_for(fault.kind, self.writes)
         self.report.add(fault.name, expected, got, "fail" if failed or leaked else "pass")
         if attempt.delivered:
             self.written.append(ref)
         if (
             self.has_lookup
-            and fault.kind in ("delivered", "ambiguous")
+            and fault.kind in ("delivered", "ambiguous", "declared_after")
             and attempt.delivered is not None
         ):
             self.verify_after(fault, ref, attempt)
@@ -158,11 +204,31 @@ class Run:
                 "unknown → verify_operation (escalate without lookup); never not_committed",
                 not (isinstance(envelope, ToolError) and envelope.commit_state == "unknown"),
             )
+        if fault.kind == "declared_after":
+            return self.expect_declared(fault, envelope)
+        if fault.kind == "no_evidence":
+            if not self.writes:
+                return "any answer (a read needs no evidence)", False
+            return messages.NO_EVIDENCE, not (
+                isinstance(envelope, ToolError) and envelope.commit_state == "unknown"
+            )
         if fault.kind == "retry_after":
             return self.expect_wait(fault, attempt)
         if fault.kind == "failure_body":
             return "not a success; nothing of the body in the envelope", success
         return "not a success; none of the upstream text in the envelope", success
+
+    def expect_declared(
+        self, fault: WriteFault, envelope: AnySuccess | ToolError
+    ) -> tuple[str, bool]:
+        """(d): a declared type raised after the call reached the downstream; one that can
+        follow a sent request must come back unknown."""
+        assert fault.raised is not None
+        why = may_follow_send(fault.raised)
+        if why is None:
+            return messages.declared_unjudged(fault.raised), isinstance(envelope, ToolSuccess)
+        unknown = isinstance(envelope, ToolError) and envelope.commit_state == "unknown"
+        return messages.declared_after(fault.raised, why), not unknown
 
     def expect_wait(self, fault: WriteFault, attempt: Attempt) -> tuple[str, bool]:
         assert fault.wait is not None
@@ -207,6 +273,9 @@ class Run:
         deadline = sent_at + self.window + timedelta(seconds=0.5)
         while True:
             found = self.target.lookup(ref, None)
+            if self.key_lost is not None:
+                # The lookup cannot find a write made under no key: no use waiting.
+                return found, time.monotonic() - started
             if isinstance(found, LookupFound) or datetime.now(UTC) >= deadline:
                 return found, time.monotonic() - started
             time.sleep(0.2)
@@ -241,10 +310,12 @@ class Run:
         good = not isinstance(result, LookupFound | LookupNotFound)
         got = describe_lookup(result)
         if isinstance(result, LookupNotFound):
-            got += " (the runtime would take the write as never done and execute it again)"
-        if not good and fault.note:
-            got += f"; {fault.note}"
-        verdict: Verdict = "pass" if good else ("warn" if fault.advisory else "fail")
+            got += (
+                messages.NOT_FOUND_404
+                if fault.not_found_shape
+                else " (the runtime would take the write as never done and execute it again)"
+            )
+        verdict: Verdict = "pass" if good else "fail"
         self.report.add(fault.name, "unavailable, never not found", got, verdict)
 
     def window_check(self) -> None:
@@ -289,36 +360,54 @@ class Run:
 
     # --- effects ---------------------------------------------------------------------
     def effects(self, ref: str | None) -> None:
+        """(e), (f): a retry under the same operation_ref is one effect; two, with the
+        key delivered where the adapter sends it, is a downstream that ignores it."""
         scenario = "retry under the same operation_ref after a delivered write"
+        expected = "one effect per operation_ref (counted through the adapter's lookup)"
         if ref is None:
             self.report.add(scenario, "one effect", "no delivered write to retry", "skip")
             return
         again = self.target.write(self.sample, ref, None)
+        if self.key_lost is not None:
+            self.report.add(scenario, expected, messages.uncounted(self.key_lost), "fail")
+            return
         count = self.target.count(ref)
         if count is None:
-            self.report.add(
-                scenario,
-                "one effect per operation_ref",
-                f"{describe(again.envelope)}; the lookup cannot count effects (a list lookup or "
-                "lookup_count_field can)",
-                "skip",
-            )
+            self.report.add(scenario, expected, f"{describe(again.envelope)}; "
+                            + messages.CANNOT_COUNT, "skip")  # fmt: skip
             return
-        self.report.add(
-            scenario,
-            "one effect per operation_ref (counted through the adapter's lookup)",
-            f"{describe(again.envelope)}; {count} effect(s)",
-            "pass" if count == 1 else "fail",
+        got = f"{describe(again.envelope)}; {count} effect(s)"
+        place = self.target.key_place
+        ignored = (
+            count > 1
+            and place is not None
+            and again.seen is not None
+            and key_missing(again.seen, place, ref) is None
         )
+        if ignored:
+            assert place is not None
+            self.report.add(scenario, expected, got + messages.key_ignored(place), "warn")
+        elif count > 1:
+            self.report.add(scenario, expected, got + messages.TWICE, "fail")
+        elif count == 0:
+            self.report.add(scenario, expected, got + messages.NONE_FOUND, "fail")
+        else:
+            self.report.add(scenario, expected, got, "pass")
+        self.whole_run(ref if ignored else None)
+
+    def whole_run(self, ignored: str | None) -> None:
         counts = {written: self.target.count(written) for written in dict.fromkeys(self.written)}
         known = {key: value for key, value in counts.items() if value is not None}
-        worst = max(known.values(), default=0)
-        doubled = sorted(key.rsplit("/", 1)[-1] for key, value in known.items() if value > 1)
+        judged = {key: value for key, value in known.items() if key != ignored}
+        worst = max(judged.values(), default=0)
+        doubled = sorted(key.rsplit("/", 1)[-1] for key, value in judged.items() if value > 1)
+        got = f"{len(known)} operation_refs counted, at most {worst} each"
+        if ignored is not None:
+            got += " (the retry's second record aside: the downstream ignores the key)"
         self.report.add(
             "effects per operation_ref over the whole run",
             "at most one each",
-            f"{len(known)} operation_refs counted, at most {worst} each"
-            + (f"; more than one: {', '.join(doubled)}" if doubled else ""),
+            got + (f"; more than one: {', '.join(doubled)}" if doubled else ""),
             "pass" if worst <= 1 else "fail",
         )
 

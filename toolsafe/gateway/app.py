@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from sqlalchemy import Engine
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,7 +17,6 @@ from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
 from toolsafe.gateway.state import Gateway
-from toolsafe.recovery.store.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.client import Client
 
@@ -106,16 +104,6 @@ async def _drain() -> Message:
     return {"type": "http.disconnect"}
 
 
-def _database_of(client: Client) -> Engine:
-    """The database the gateway's keys live in: the step store's own."""
-    from toolsafe.recovery.store import StepStore
-
-    store = client.runtime.store
-    if not isinstance(store, StepStore):
-        raise TypeError("the gateway's keys need the database store (TOOLSAFE_DATABASE_URL)")
-    return store.engine
-
-
 def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
     """The MCP app for ``/mcp`` when the ``mcp`` extra is installed, else ``None``."""
     try:
@@ -138,7 +126,8 @@ def create_gateway(
 ) -> FastAPI:
     """The app; ``auth=False`` is the development mode (the caller checks loopback)."""
     client = client if client is not None else Client.from_settings(settings)
-    keys = KeyStore(_database_of(client)) if auth else None
+    # The keys live in the step store's backend; one without them refuses here, at start.
+    keys = client.runtime.backend.keys if auth else None
     state = Gateway(settings, client, Authenticator(keys))
     mcp = _streamable_mcp(state)
 

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.gateway.problems import ApiProblem
 from toolsafe.recovery.store import StepNotFound
-from toolsafe.recovery.store.keys import ApiKey, KeyStore
+from toolsafe.recovery.store.keys import ApiKey, KeysPort
 
 CACHE_SECONDS: Final = 5.0
 NAMESPACE_SEPARATOR: Final = "/"
@@ -69,7 +69,7 @@ DEV: Final = Principal(name="dev", scope="operator", namespace=None)
 
 
 class Authenticator:
-    def __init__(self, keys: KeyStore | None) -> None:
+    def __init__(self, keys: KeysPort | None) -> None:
         self.keys = keys  # None: development mode, no keys checked
         self._lock = threading.Lock()
         # sha256 of the token -> (its key, when it was checked, the caller it names)

@@ -122,10 +122,9 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def _keys() -> Any:
-    from toolsafe.recovery.db import make_engine
-    from toolsafe.recovery.store.keys import KeyStore
+    from toolsafe.recovery.store import open_store
 
-    return KeyStore(make_engine(Settings.from_env().database_url))
+    return open_store(Settings.from_env().database_url).keys
 
 
 def _now() -> Any:

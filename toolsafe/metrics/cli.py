@@ -27,8 +27,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolsafe.metrics.exporter import Exporter, serve
-    from toolsafe.recovery.db import make_engine
-    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store import open_store
 
     settings = args.settings
     port = args.port if args.port is not None else settings.metrics_port
@@ -39,13 +38,19 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         sys.stderr.write(f"toolsafe: error: --port must be between 0 and 65535, got {port}\n")
         return 2
-    store = StepStore(make_engine(settings.database_url))
+    backend = open_store(settings.database_url)
+    try:
+        tally = backend.tally  # a store without the event log's reading refuses here
+    except BaseException:
+        backend.close()
+        raise
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        served = serve(Exporter.from_settings(settings, store), address, port)
+        served = serve(Exporter.from_settings(settings, tally), address, port)
     except OSError as error:
+        backend.close()
         sys.stderr.write(f"toolsafe: error: cannot listen on {address}:{port}: {error}\n")
         return 2
     sys.stdout.write(f"metrics on http://{address}:{served.port}/metrics\n")
@@ -55,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         served.close()
-        store.engine.dispose()
+        backend.close()
     return 0

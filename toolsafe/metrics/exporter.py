@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from celery.signals import worker_ready
@@ -38,8 +37,8 @@ from toolsafe.metrics.queues import QueueDepth
 from toolsafe.metrics.tally import DURATION_BUCKETS, Histogram, Tally
 from toolsafe.recovery.counts import Counts, compute_counts
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore, StorePort
-from toolsafe.recovery.store.tally import EventGroup, events_after, history, settled_position
+from toolsafe.recovery.store import StorePort
+from toolsafe.recovery.store.tally import TallyPort
 from toolsafe.settings import Settings
 
 log = logging.getLogger("toolsafe.metrics")
@@ -139,18 +138,20 @@ class Exporter(Collector):
 
     def __init__(
         self,
-        store: StepStore,
+        tally: TallyPort,
         *,
         queues: QueueDepth | None = None,
         poll_interval: float = 1.0,
         gap_timeout: float = 60.0,
     ) -> None:
-        self.store = store
+        self.tally = tally
         self.queues = queues
         self.poll_interval = poll_interval
         self.follower = EventFollower(
-            partial(events_after, store),
-            history=partial(_history, store),
+            tally.events_after,
+            history=lambda before: tally.history(
+                datetime.fromtimestamp(before, UTC), DURATION_BUCKETS
+            ),
             gap_timeout=gap_timeout,
         )
         self.caught_up = threading.Event()  # set after the first poll that worked
@@ -162,9 +163,9 @@ class Exporter(Collector):
         self.registry.register(self)
 
     @classmethod
-    def from_settings(cls, settings: Settings, store: StepStore) -> Exporter:
+    def from_settings(cls, settings: Settings, tally: TallyPort) -> Exporter:
         return cls(
-            store,
+            tally,
             queues=QueueDepth(settings.broker_url, QUEUES),
             poll_interval=settings.metrics_poll_interval,
             gap_timeout=settings.metrics_gap_timeout,
@@ -264,15 +265,6 @@ class Exporter(Collector):
         return generate_latest(self.registry).decode("utf-8")
 
 
-def _history(store: StepStore, before: float) -> tuple[int, list[EventGroup]]:
-    if store.engine.dialect.name != "postgresql":
-        # SQLite has no exact time arithmetic in SQL (julianday is a double of days),
-        # and an embedded store is small: read it event by event.
-        return 0, []
-    upto = settled_position(store, datetime.fromtimestamp(before, UTC))
-    return upto, history(store, upto, DURATION_BUCKETS) if upto else []
-
-
 def _copy(tally: Tally) -> Tally:
     """A snapshot to render outside the follower's lock (a few dozen label sets)."""
     return Tally(
@@ -323,11 +315,11 @@ def serve(exporter: Exporter, address: str = "127.0.0.1", port: int = 0) -> Serv
     return Served(exporter, address, port)
 
 
-def exposition(store: StepStore, settings: Settings | None = None) -> str:
+def exposition(tally: TallyPort, settings: Settings | None = None) -> str:
     """The metrics as Prometheus text, read now from the whole log (``toolsafe stats
     --prometheus``: what ``toolsafe metrics`` serves)."""
     queues = None if settings is None else QueueDepth(settings.broker_url, QUEUES)
-    exporter = Exporter(store, queues=queues)
+    exporter = Exporter(tally, queues=queues)
     try:
         exporter.poll()
     except Exception:

@@ -31,7 +31,7 @@ class EventRow(Row, Protocol):
 
 Reader = Callable[[int, Sequence[int], int], Sequence[EventRow]]
 """``read(after, awaited, limit)``: committed events with an id above ``after`` or in
-``awaited``, in id order, at most ``limit`` (``toolsafe.recovery.store.tally``)."""
+``awaited``, in id order, at most ``limit`` (``TallyPort.events_after``)."""
 
 History = Callable[[float], tuple[int, Sequence[Group]]]
 """``history(before)``: ``(upto, groups)``, every event up to the id ``upto`` (the newest

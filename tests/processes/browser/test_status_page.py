@@ -22,7 +22,7 @@ from tests.support.pipeline.harness import WORKER_STARTUP, Cluster, cluster_for,
 from toolsafe.gateway.client import GatewayClient
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

@@ -1,6 +1,8 @@
 """``toolsafe check-adapter`` as a user runs it: the real CLI in a subprocess, the real
 example downstream in another, real TCP through the kit's proxy. The shipped examples
-pass; each deliberately broken adapter is caught with a non-zero exit."""
+pass; each deliberately broken adapter is caught with a non-zero exit; the mapping the
+decorator refuses never loads; and nothing is written to a target the command line did
+not name."""
 
 from __future__ import annotations
 
@@ -41,12 +43,16 @@ def naive_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Downstre
 
 
 def check(
-    tmp_path: Path, spec: str, sample: dict[str, Any], *extra: str
+    tmp_path: Path,
+    spec: str,
+    sample: dict[str, Any],
+    *extra: str,
+    environ: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any], str]:
     """Run the CLI; return its exit code, the JSON report and stderr."""
     sample_file = tmp_path / "sample.json"
     sample_file.write_text(json.dumps(sample), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(environ or {})}
     done = subprocess.run(
         [sys.executable, "-m", "toolsafe", "check-adapter", spec, "--sample-input",
          str(sample_file), "--json", *extra],
@@ -111,20 +117,47 @@ def test_the_text_report_is_a_table(tmp_path: Path, service: Downstream) -> None
     header = done.stdout.splitlines()[0].split()
     assert header == ["scenario", "expected", "got"]
     assert "create_invoice (http): PASSED" in done.stdout
-    assert done.stderr == ""  # the adapter's warnings are quiet unless --verbose
+    # The target first, and nothing else: the adapter's warnings are quiet unless --verbose.
+    assert done.stderr == (
+        f"toolsafe check-adapter: create_invoice: writing to {service.url} (named by --base-url)\n"
+    )
 
 
-def test_a_read_timeout_reported_not_committed_is_caught(
-    tmp_path: Path, service: Downstream
-) -> None:
-    code, report, _ = check(
-        tmp_path, "tests.support.conformance.adapters:timeout_not_committed", INVOICE,
-        "--base-url", service.url,
+def test_the_mapping_the_decorator_refuses_never_loads(tmp_path: Path) -> None:
+    code, report, stderr = check(
+        tmp_path, "tests.support.conformance.unknowable:timeout_not_committed", INVOICE,
+        "--dry-run",
     )  # fmt: skip
-    assert code == 1 and report["passed"] is False
-    row = failed(report)["request delivered, answer slower than the read timeout"]
-    assert "DEPENDENCY_UNAVAILABLE · not_committed" in row["got"]
-    assert "unknown" in row["expected"]
+    assert code == 2 and not report
+    assert "maps httpx.TimeoutException to DEPENDENCY_UNAVAILABLE (not_committed)" in stderr
+    assert "can be raised after the request may have left" in stderr
+
+
+@pytest.fixture
+def configured(tmp_path: Path) -> Iterator[Downstream]:
+    """A downstream of this test's own, the one the settings name (it counts every write)."""
+    running = Downstream(tmp_path, os.environ, naive=True, name="configured")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_nothing_is_written_to_a_target_the_command_line_did_not_name(
+    tmp_path: Path, configured: Downstream
+) -> None:
+    naive_service = configured
+    settings = {"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": naive_service.url}
+    spec = "toolsafe.adapters.examples:create_invoice"
+    code, report, stderr = check(tmp_path, spec, INVOICE, environ=settings)
+    assert code == 2 and not report
+    assert f"it would write to {naive_service.url}" in stderr
+    assert "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL" in stderr
+    assert naive_service.effects() == {}
+    code, report, stderr = check(tmp_path, spec, INVOICE, "--dry-run", environ=settings)
+    assert code == 0 and report["passed"] is True
+    assert naive_service.effects() == {}
+    assert "dry run against an in-process double" in stderr
 
 
 def test_a_lookup_that_says_absent_when_down_is_caught(tmp_path: Path, service: Downstream) -> None:
@@ -154,22 +187,26 @@ def test_upstream_text_copied_into_agent_message_is_caught(
     ), sorted(caught)
 
 
-def test_a_downstream_that_ignores_the_key_shows_two_effects(
+def test_a_downstream_that_ignores_the_key_is_named_read_from_the_settings(
     tmp_path: Path, naive_service: Downstream
 ) -> None:
-    code, report, _ = check(
+    code, report, stderr = check(
         tmp_path, "toolsafe.adapters.examples:create_invoice", INVOICE,
-        "--base-url", naive_service.url,
+        "--target-from-settings", environ={"TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": naive_service.url},
     )  # fmt: skip
-    assert code == 1
-    row = failed(report)["retry under the same operation_ref after a delivered write"]
-    assert row["got"].endswith("2 effect(s)")
+    assert code == 0, stderr + json.dumps(failed(report), indent=1)
+    assert f"writing to {naive_service.url} (from TOOLSAFE_EXAMPLE_DOWNSTREAM_URL" in stderr
+    rows = {row["scenario"]: row for row in report["checks"]}
+    row = rows["retry under the same operation_ref after a delivered write"]
+    assert row["verdict"] == "warn" and "the downstream ignores the key" in row["got"]
+    assert max(naive_service.effects().values()) == 2
 
 
 def test_a_sound_function_adapter_passes(tmp_path: Path) -> None:
     code, report, stderr = check(
-        tmp_path, "tests.support.conformance.adapters:ledger_charge", CHARGE
-    )
+        tmp_path, "tests.support.conformance.adapters:ledger_charge", CHARGE,
+        "--target-from-settings",
+    )  # fmt: skip
     assert code == 0, stderr + json.dumps(failed(report), indent=1)
     assert report["kind"] == "function"
     names = {row["scenario"] for row in report["checks"] if row["verdict"] == "pass"}
@@ -183,13 +220,16 @@ def test_a_sound_function_adapter_passes(tmp_path: Path) -> None:
     } <= names
 
 
-def test_a_function_that_calls_every_oserror_retryable_is_caught(tmp_path: Path) -> None:
+def test_a_function_adapter_is_pointed_at_the_named_service(
+    tmp_path: Path, service: Downstream
+) -> None:
     code, report, _ = check(
-        tmp_path, "tests.support.conformance.adapters:network_error_retried", CHARGE
-    )
-    assert code == 1
-    row = failed(report)["ConnectionResetError raised after the call"]
-    assert "not_committed" in row["got"]
+        tmp_path, "tests.support.conformance.ledger_sdk:sdk_charge_retried", CHARGE,
+        "--base-url", service.url,
+    )  # fmt: skip
+    assert code == 1 and report["kind"] == "function"
+    row = failed(report)["wire: request delivered, connection dropped before the answer"]
+    assert row["got"].startswith("DEPENDENCY_UNAVAILABLE · not_committed")
 
 
 @pytest.mark.parametrize(
@@ -205,6 +245,6 @@ def test_a_function_that_calls_every_oserror_retryable_is_caught(tmp_path: Path)
 def test_bad_usage_exits_2_naming_the_problem(
     tmp_path: Path, spec: str, sample: dict[str, Any], message: str
 ) -> None:
-    code, report, stderr = check(tmp_path, spec, sample)
+    code, report, stderr = check(tmp_path, spec, sample, "--dry-run")
     assert code == 2 and not report
     assert message in stderr

@@ -19,17 +19,19 @@ def test_a_users_suite_enables_the_plugin(tmp_path: Path) -> None:
     (tmp_path / "test_mine.py").write_text(
         textwrap.dedent(
             """
-            from tests.support.conformance.adapters import ledger_charge, network_error_retried
+            from tests.support.conformance.adapters import fresh_key_charge, ledger_charge
 
             SAMPLE = {"customer_id": "cus_1", "amount_cents": 100}
 
 
             def test_sound(adapter_conformance):
-                adapter_conformance.assert_conforms(ledger_charge, SAMPLE)
+                adapter_conformance.assert_conforms(ledger_charge, SAMPLE, dry_run=True)
 
 
             def test_broken(adapter_conformance):
-                adapter_conformance.assert_conforms(network_error_retried, SAMPLE)
+                adapter_conformance.assert_conforms(
+                    fresh_key_charge, SAMPLE, target_from_settings=True
+                )
             """
         ),
         encoding="utf-8",
@@ -42,5 +44,5 @@ def test_a_users_suite_enables_the_plugin(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed, 1 passed" in done.stdout
-    assert "FAIL  ConnectionResetError raised after" in done.stdout
-    assert "network_error_retried (function): FAILED" in done.stdout
+    assert "FAIL  retry under the same operation_ref" in done.stdout
+    assert "fresh_key_charge (function): FAILED" in done.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from tests.services.metrics.test_exporter import TOOL, store  # noqa: F401
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 
 def test_toolsafe_metrics_serves_until_sigterm(store: StepStore, tmp_path: Path) -> None:  # noqa: F811

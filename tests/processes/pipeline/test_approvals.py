@@ -15,7 +15,7 @@ from toolsafe.adapters.examples.downstream_state import Record
 from toolsafe.recovery.canonical import input_hash
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.pipeline import approval_ref
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]

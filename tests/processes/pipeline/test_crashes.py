@@ -12,7 +12,7 @@ from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from tests.support.recovery.store_support import create_step
 from toolsafe.harness import flush_broker, kill_db_connections
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
 

@@ -15,7 +15,8 @@ from toolsafe.celeryconfig import EXECUTE_TASK
 from toolsafe.metrics.exporter import Exporter
 from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.states import TERMINAL, StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.tally import SqlTally
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -82,7 +83,7 @@ def test_the_exporter_counts_two_workers_commits_exactly_once(cluster: Cluster) 
     client = cluster.client
     store = client.runtime.store
     assert isinstance(store, StepStore)
-    exporter = Exporter(store, poll_interval=0.02).start()
+    exporter = Exporter(SqlTally(store), poll_interval=0.02).start()
     try:
         refs = [new_ref(f"dup-metrics/{number}") for number in range(20)]
         for number, ref in enumerate(refs):

@@ -12,7 +12,7 @@ from tests.support.metrics.truth import both
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import free_port
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

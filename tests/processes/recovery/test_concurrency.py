@@ -18,7 +18,7 @@ from tests.support.recovery.store_support import LEASE, POLICY, T0, contend, cre
 from tests.support.recovery.stores import empty
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 PROCESSES = 4
 ROOT = Path(__file__).resolve().parents[3]

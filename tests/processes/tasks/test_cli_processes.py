@@ -29,7 +29,7 @@ from toolsafe.recovery.db import migrate
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.runtime import Runtime, utcnow
 

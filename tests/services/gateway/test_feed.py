@@ -21,7 +21,7 @@ from tests.support.recovery.store_support import sql_feed, sql_store
 from toolsafe.recovery.db import normalize_url
 from toolsafe.recovery.schema import STEP_CHANNEL
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.feed import LISTENER_NAME
+from toolsafe.recovery.store.sql.feed import LISTENER_NAME
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.async_client import AsyncClient

@@ -29,8 +29,8 @@ from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.tally import events_after, settled_position
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.tally import SqlTally, events_after, settled_position
 from toolsafe.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -122,12 +122,12 @@ def test_exposition_carries_every_figure(store: StepStore) -> None:
         f'toolsafe_step_duration_seconds_sum{{tool="{TOOL}"}} 7.0',
         "toolsafe_counts_up 1.0",
     ]
-    missing = [line for line in expected if line not in lines_of(exposition(store))]
-    assert not missing, exposition(store)
+    missing = [line for line in expected if line not in lines_of(exposition(SqlTally(store)))]
+    assert not missing, exposition(SqlTally(store))
 
 
 def test_a_baseline_plus_polls_equals_a_new_baseline(store: StepStore) -> None:
-    exporter = Exporter(store)
+    exporter = Exporter(SqlTally(store))
     exporter.poll()
     ref = "C"
     create_step(store, TOOL, {"r": ref}, operation_ref=ref, policy=POLICY, now=at(10))
@@ -138,7 +138,7 @@ def test_a_baseline_plus_polls_equals_a_new_baseline(store: StepStore) -> None:
         rng=random.Random(0),
     )  # fmt: skip
     assert exporter.poll() == 3
-    later = Exporter(store)
+    later = Exporter(SqlTally(store))
     later.poll()
 
     def figures(text: str) -> list[str]:
@@ -159,7 +159,7 @@ def test_two_exporters_each_give_the_store_figure_not_a_share(store: StepStore) 
 
 
 def test_the_exporter_answers_over_http(store: StepStore) -> None:
-    served = serve(Exporter(store, poll_interval=0.05))
+    served = serve(Exporter(SqlTally(store), poll_interval=0.05))
     try:
         served.exporter.caught_up.wait(10)
         reply = httpx.get(f"http://127.0.0.1:{served.port}/metrics", timeout=5)
@@ -171,7 +171,7 @@ def test_the_exporter_answers_over_http(store: StepStore) -> None:
 
 def test_a_database_that_cannot_be_read_reports_down(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")  # no tables
-    text = exposition(StepStore(engine))
+    text = exposition(SqlTally(StepStore(engine)))
     assert "toolsafe_counts_up 0.0" in text
     assert "toolsafe_steps{" not in text
     engine.dispose()
@@ -227,7 +227,7 @@ def test_an_event_id_that_commits_after_a_later_one_is_counted_once(pg_url: str)
         engine = make_engine(url)
         store = StepStore(engine)
         create_step(store, TOOL, {"r": "G"}, operation_ref="G", policy=POLICY, now=at(0))
-        exporter = Exporter(store)
+        exporter = Exporter(SqlTally(store))
         exporter.poll()
         idle = "verify:not_due"
 
@@ -282,7 +282,7 @@ def check_grouped_history(store: StepStore) -> None:
     # (read one by one).
     create_step(store, TOOL, {"r": "E"}, operation_ref="E", policy=POLICY, now=datetime.now(UTC))
     assert settled_position(store, datetime.now(UTC) - timedelta(seconds=60)) == 15
-    grouped = Exporter(store)
+    grouped = Exporter(SqlTally(store))
     grouped.poll()
     assert grouped.follower.position == 16 and grouped.follower.polls == 1
     one_by_one = EventFollower(partial(events_after, store))
@@ -334,12 +334,16 @@ def test_the_exporter_shows_queue_depth_and_says_when_the_broker_is_down(
 ) -> None:
     (tmp_path / "broker" / "queue").mkdir(parents=True)
     (tmp_path / "broker" / "queue" / f"1_{uuid.uuid4()}.toolsafe.verify.msg").touch()
-    exporter = Exporter(store, queues=QueueDepth(f"filesystem://{tmp_path / 'broker'}", QUEUES))
+    exporter = Exporter(
+        SqlTally(store), queues=QueueDepth(f"filesystem://{tmp_path / 'broker'}", QUEUES)
+    )
     exporter.poll()
     shown = lines_of(exporter.text())
     assert 'toolsafe_queue_messages{queue="toolsafe.verify"} 1.0' in shown
     assert "toolsafe_queue_up 1.0" in shown
-    down = Exporter(store, queues=QueueDepth("redis://127.0.0.1:1/0", QUEUES, timeout=0.5))
+    down = Exporter(
+        SqlTally(store), queues=QueueDepth("redis://127.0.0.1:1/0", QUEUES, timeout=0.5)
+    )
     down.poll()
     assert "toolsafe_queue_up 0.0" in lines_of(down.text())
 

@@ -24,7 +24,7 @@ from toolsafe.recovery.reasons import NOOP_MISSING
 from toolsafe.recovery.rows import execution_refusal, verification_refusal
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 SECOND: Final = timedelta(seconds=1)

@@ -315,7 +315,7 @@ def drive_store(url: str) -> Any:
     from toolsafe.recovery.db import make_engine, migrate
     from toolsafe.recovery.outcomes import Executed, LookedUp
     from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
-    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store.sql import StepStore
 
     migrate(url)
     store = StepStore(make_engine(url))

@@ -30,7 +30,7 @@ from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 pytestmark = pytest.mark.postgres
 

@@ -20,8 +20,8 @@ from tests.support.recovery.store_support import (
 )
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.outbox import MAX_BACKOFF_FACTOR, dedup_key, resend_delay
+from toolsafe.recovery.store.shared import MAX_BACKOFF_FACTOR, dedup_key, resend_delay
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 RESEND = timedelta(seconds=60)

@@ -1,4 +1,4 @@
-"""The status page's queries (``toolsafe.recovery.store.overview``) on PostgreSQL and
+"""The status page's queries (``toolsafe.recovery.store.sql.overview``) on PostgreSQL and
 SQLite: capped counts, filters, and keyset pages that neither skip nor repeat a step."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from sqlalchemy import insert
 from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.overview import SPARSE, Count, Overview, StepFilter
+from toolsafe.recovery.store.overview import SPARSE, Count, StepFilter
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.overview import Overview
 
 S = StepState
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

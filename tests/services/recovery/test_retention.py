@@ -27,8 +27,9 @@ from toolsafe.cli.main import EXIT_USAGE, main
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepNotFound, StepStore
-from toolsafe.recovery.store.retention import purge
+from toolsafe.recovery.store import StepNotFound
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.retention import purge
 
 S = StepState
 DAY = timedelta(days=1)

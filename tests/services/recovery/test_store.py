@@ -26,13 +26,8 @@ from tests.support.recovery.store_support import (
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import (
-    Claim,
-    InvalidOperationRef,
-    OperationRefConflict,
-    StepNotFound,
-    StepStore,
-)
+from toolsafe.recovery.store import Claim, InvalidOperationRef, OperationRefConflict, StepNotFound
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 RNG = random.Random(7)

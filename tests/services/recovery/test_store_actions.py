@@ -26,7 +26,8 @@ from tests.support.recovery.store_support import (
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepNotFound, StepStore
+from toolsafe.recovery.store import StepNotFound
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 RNG = random.Random(3)

@@ -15,12 +15,12 @@ from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import (
     InvalidOperationRef,
-    MemoryStore,
     OperationRefConflict,
     StepNotFound,
-    StepStore,
     StorePort,
 )
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.client import InvalidInput
 
 TOOL = "create_invoice"

@@ -28,6 +28,7 @@ from tests.support.recovery.contract_support import (
     submit,
     verifying,
 )
+from tests.support.recovery.journal_store import JournalStore
 from tests.support.recovery.store_support import (
     INPUT,
     LEASE,
@@ -48,12 +49,12 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import (
     Claim,
     InvalidOperationRef,
-    MemoryStore,
     OperationRefConflict,
     StepNotFound,
-    StepStore,
     StorePort,
 )
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ PORT_METHODS = sorted(
 )
 
 
-@pytest.mark.parametrize("implementation", [StepStore, MemoryStore])
+@pytest.mark.parametrize("implementation", [StepStore, MemoryStore, JournalStore])
 def test_every_implementation_has_the_ports_signatures(implementation: type[Any]) -> None:
     # mypy checks the fixture's annotation; this also holds parameter names and defaults.
     assert len(PORT_METHODS) == 22

@@ -22,7 +22,7 @@ from tests.support.recovery.store_support import (
 from toolsafe.recovery.db import make_engine, normalize_url, with_db_retry
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 
@@ -161,8 +161,8 @@ def test_other_database_errors_are_not_retried(store_pg_engine: Engine) -> None:
 
 @pytest.mark.postgres
 def test_a_compiled_statement_returns_what_sqlalchemy_returns(pg_store: StepStore) -> None:
-    from toolsafe.recovery.store import sql
-    from toolsafe.recovery.store.compiled import compiled_for
+    from toolsafe.recovery.store.sql import statements as sql
+    from toolsafe.recovery.store.sql.compiled import compiled_for
 
     create_step(pg_store, "t", {"a": [1, {"b": None}]}, operation_ref="r1", policy=POLICY, now=T0)
     with pg_store.engine.begin() as conn:
@@ -182,7 +182,8 @@ def test_without_the_internals_it_needs_a_statement_runs_through_sqlalchemy(
 ) -> None:
     from sqlalchemy import Connection
 
-    from toolsafe.recovery.store import compiled, ops, sql
+    from toolsafe.recovery.store.sql import compiled, ops
+    from toolsafe.recovery.store.sql import statements as sql
 
     monkeypatch.setattr(compiled, "_COMPILED", {})
     monkeypatch.setattr(compiled, "_INTERNALS", ((Connection, "_moved_in_a_new_release"),))
@@ -204,7 +205,7 @@ def test_a_compiled_statement_raises_and_retries_as_sqlalchemy_does(
 ) -> None:
     from sqlalchemy import literal_column, select
 
-    from toolsafe.recovery.store.compiled import Compiled
+    from toolsafe.recovery.store.sql.compiled import Compiled
 
     failing = Compiled(select(literal_column("1 / 0").label("x")), store_pg_engine.dialect)
     with pytest.raises(DBAPIError, match="division by zero"), store_pg_engine.begin() as conn:

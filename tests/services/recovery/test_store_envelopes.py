@@ -31,7 +31,7 @@ from toolsafe.adapters.protocol import LookupNotFound, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.views import build_view
 
 S = StepState

@@ -14,7 +14,7 @@ from toolsafe.adapters.protocol import LookupNotFound
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import Executed, LookedUp, StepSnapshot
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 
 # Every implementation of the port: memory, SQLite and PostgreSQL (the contract suite's).
 store = store_of_each_kind

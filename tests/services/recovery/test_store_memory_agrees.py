@@ -47,7 +47,9 @@ from toolsafe.adapters.protocol import (
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import Claim, MemoryStore, StepNotFound, StepStore, StorePort
+from toolsafe.recovery.store import Claim, StepNotFound, StorePort
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 REFS = ("s0", "s1", "s2")

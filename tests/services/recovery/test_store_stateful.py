@@ -45,7 +45,8 @@ from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupResult
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.schema import step_events
 from toolsafe.recovery.states import ALLOWED, WAITING, WORK_STATES, StepState
-from toolsafe.recovery.store import Claim, StepNotFound, StepRecord, StepStore
+from toolsafe.recovery.store import Claim, StepNotFound, StepRecord
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 REFS = ("s0", "s1")

@@ -11,7 +11,8 @@ import pytest
 from tests.support.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success, unknown
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import Claim, OperationRefConflict, StepStore
+from toolsafe.recovery.store import Claim, OperationRefConflict
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 RNG = random.Random(11)

@@ -18,7 +18,8 @@ from tests.support.recovery.store_support import (
 )
 from toolsafe.recovery.policy import ToolTraits
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepNotFound, StepStore
+from toolsafe.recovery.store import StepNotFound
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 MINUTE = timedelta(minutes=1)

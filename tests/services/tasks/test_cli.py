@@ -15,7 +15,7 @@ from tests.support.recovery.store_support import create_step
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, main
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.client import Client
 from toolsafe.tasks.runtime import utcnow
 

@@ -20,7 +20,8 @@ from tests.support.recovery.store_support import create_step
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import OperationRefConflict, StepNotFound, StepStore
+from toolsafe.recovery.store import OperationRefConflict, StepNotFound
+from toolsafe.recovery.store.sql import StepStore
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
 from toolsafe.tasks.runtime import utcnow

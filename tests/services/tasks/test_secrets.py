@@ -24,7 +24,7 @@ from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.secrets import SEALED, SecretBox, new_key
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import OperationRefConflict
-from toolsafe.recovery.store.retention import reseal_inputs
+from toolsafe.recovery.store.sql.retention import reseal_inputs
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import create_app

@@ -1,45 +1,83 @@
-"""Adapters the kit's tests run it against: three deliberately broken HTTP adapters, a
-broken and a sound ``@tool`` function; ``register(registry)`` registers the HTTP ones
-(``toolsafe check-adapter tests.support.conformance.adapters:<tool>``)."""
+"""Adapters the kit's tests run it against: one broken the way real authors break them
+for each class of the issue — (a) a queued answer taken as success, (b) any 404 taken as
+absent, (c) the key never sent, (d) a read timeout made into a retryable 503 (and an
+SDK's timeout mapped to "nothing written", in ``ledger_sdk``), (e) a fresh key on every
+call — and two more (a lookup absent when down,
+upstream text echoed), plus a sound ``@tool`` function. ``register(registry)`` registers
+the HTTP ones (``toolsafe check-adapter tests.support.conformance.adapters:<tool>``);
+(f) is the sound example against a downstream that ignores the key."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import httpx
+from pydantic import JsonValue
 
-from toolsafe import Raised, tool
+from toolsafe import tool
 from toolsafe.adapters import codes
-from toolsafe.adapters.envelope import ToolError
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.examples.invoice import CreateInvoice
 from toolsafe.adapters.http import HttpSettings, Observed
-from toolsafe.adapters.protocol import LookupNotFound, LookupResult
+from toolsafe.adapters.protocol import CallContext, LookupNotFound, LookupResult
 from toolsafe.adapters.registry import Registry
 
 PLACEHOLDER = "http://127.0.0.1:9"  # check-adapter --base-url names the real service
 
 
-class TimeoutNotCommitted(CreateInvoice):
-    """Broken: calls a read timeout "nothing was written", so the runtime would send the
-    invoice again although the first one may have been created."""
+class QueuedIsSuccess(CreateInvoice):
+    """Broken (a): takes a 202 "queued" as the stored invoice, with evidence made up
+    from the operation_ref, although nothing proves the record exists."""
 
-    tool: ClassVar[str] = "timeout_not_committed"
+    tool: ClassVar[str] = "queued_is_success"
 
-    def classify_exception(
-        self, error: BaseException, operation_ref: str, attempts_left: int
-    ) -> ToolError:
-        if isinstance(error, httpx.ReadTimeout):
-            return self.error(
-                codes.DEPENDENCY_UNAVAILABLE,
-                operation_ref,
-                {"reason": "read_timeout"},
-                not_before=datetime.now(UTC) + timedelta(seconds=2),
-                attempts_left=attempts_left,
+    def classify_response(
+        self, observed: Observed, operation_ref: str, attempts_left: int
+    ) -> AnySuccess | ToolError:
+        if observed.status == 202:
+            return ToolSuccess[JsonValue](
+                operation_ref=operation_ref,
+                result={},
+                verification=Verification(
+                    checked_at=datetime.now(UTC), evidence_ref=f"accepted:{operation_ref}"
+                ),
             )
-        return super().classify_exception(error, operation_ref, attempts_left)
+        return super().classify_response(observed, operation_ref, attempts_left)
+
+
+class AnyNotFoundAbsent(CreateInvoice):
+    """Broken (b): every 404 means "not there", a missing route's and a proxy's too."""
+
+    tool: ClassVar[str] = "any_404_absent"
+    lookup_not_found_codes: ClassVar[frozenset[str] | None] = None
+
+
+class KeyNeverSent(CreateInvoice):
+    """Broken (c): sends the operation_ref under a header the service does not read."""
+
+    tool: ClassVar[str] = "key_never_sent"
+
+    def headers(self, operation_ref: str, context: CallContext) -> dict[str, str]:
+        return {"X-Request-Id": operation_ref, "Accept": "application/json"}
+
+
+class SlowAnswerRetried(CreateInvoice):
+    """Broken (d), past the registration probe: turns a read timeout into a made-up 503
+    with Retry-After before the toolkit's classification sees it, so the runtime would
+    send the invoice again although the first one may have been created."""
+
+    tool: ClassVar[str] = "slow_answer_retried"
+
+    def exchange(self, request: httpx.Request) -> Observed:
+        try:
+            return super().exchange(request)
+        except httpx.ReadTimeout:
+            headers = httpx.Headers({"Retry-After": "2"})
+            return Observed(503, headers, b"", datetime.now(UTC))
 
 
 class AbsentWhenDown(CreateInvoice):
@@ -73,7 +111,8 @@ class EchoesUpstream(CreateInvoice):
 
 def register(registry: Registry) -> None:
     settings = HttpSettings(base_url=PLACEHOLDER)
-    for adapter in (TimeoutNotCommitted, AbsentWhenDown, EchoesUpstream):
+    for adapter in (QueuedIsSuccess, AnyNotFoundAbsent, KeyNeverSent, SlowAnswerRetried,
+                    AbsentWhenDown, EchoesUpstream):  # fmt: skip
         registry.register(adapter(settings))
 
 
@@ -83,20 +122,24 @@ class RateLimited(Exception):
 
 
 _LOCK = threading.Lock()
+# operation_ref → the charges recorded under it; the ledger de-duplicates by ``key``.
 _CHARGES: dict[str, list[dict[str, Any]]] = {}
+_KEYS: dict[str, dict[str, Any]] = {}
 
 
-def _charge(customer_id: str, amount_cents: int, key: str) -> dict[str, Any]:
+def _charge(customer_id: str, amount_cents: int, key: str, ref: str) -> dict[str, Any]:
     with _LOCK:
-        held = _CHARGES.setdefault(key, [])
-        if not held:
-            held.append({"id": f"ch_{sum(map(len, _CHARGES.values())) + 1}", "key": key})
-        return held[0]
+        held = _KEYS.get(key)
+        if held is None:
+            held = {"id": f"ch_{len(_KEYS) + 1}", "key": key, "operation_ref": ref}
+            _KEYS[key] = held
+            _CHARGES.setdefault(ref, []).append(held)
+        return held
 
 
-def _find(key: str) -> list[dict[str, Any]]:
+def _find(ref: str) -> list[dict[str, Any]]:
     with _LOCK:
-        return list(_CHARGES.get(key, []))
+        return list(_CHARGES.get(ref, []))
 
 
 @tool(
@@ -106,17 +149,12 @@ def _find(key: str) -> list[dict[str, Any]]:
 )
 def ledger_charge(customer_id: str, amount_cents: int, operation_ref: str) -> dict[str, Any]:
     """Charge a customer on the ledger, once per operation_ref."""
-    return _charge(customer_id, amount_cents, key=operation_ref)
+    return _charge(customer_id, amount_cents, key=operation_ref, ref=operation_ref)
 
 
-@tool(
-    lookup=_find,
-    # Broken: "any network error means it did not go through" - a reset after the
-    # request left is a network error too.
-    errors={OSError: Raised(codes.DEPENDENCY_UNAVAILABLE)},
-)
-def network_error_retried(
-    customer_id: str, amount_cents: int, operation_ref: str
-) -> dict[str, Any]:
-    """Charge a customer, calling every OSError a retryable failure."""
-    return _charge(customer_id, amount_cents, key=operation_ref)
+@tool(lookup=_find, timeout=0.5)
+def fresh_key_charge(customer_id: str, amount_cents: int, operation_ref: str) -> dict[str, Any]:
+    """Broken (e): records the operation_ref, but gives the ledger a fresh idempotency
+    key on every call, so a retry charges again."""
+    key = f"{operation_ref}#{uuid.uuid4().hex[:8]}"
+    return _charge(customer_id, amount_cents, key=key, ref=operation_ref)

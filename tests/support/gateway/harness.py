@@ -17,7 +17,7 @@ import httpx
 
 from toolsafe.gateway.cli import free_port
 from toolsafe.recovery.db import make_engine
-from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,8 @@ from typing import Any
 
 from toolsafe.metrics.exporter import Exporter, read_counts
 from toolsafe.metrics.tally import Tally
-from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.tally import SqlTally
 
 
 def tally_figures(tally: Tally) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def store_figures(store: StepStore) -> dict[str, Any]:
 
 def both(store: StepStore, exporter: Exporter | None = None) -> tuple[dict[str, Any], ...]:
     """(exporter's, store's) after one poll (of ``exporter``, or of a new one)."""
-    exporter = exporter if exporter is not None else Exporter(store)
+    exporter = exporter if exporter is not None else Exporter(SqlTally(store))
     exporter.poll()
     with exporter.follower.lock:
         mine = tally_figures(exporter.follower.tally)

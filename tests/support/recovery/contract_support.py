@@ -24,12 +24,9 @@ from tests.support.recovery.store_support import (
 from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import (
-    Claim,
-    MemoryStore,
-    StepStore,
-    StorePort,
-)
+from toolsafe.recovery.store import Claim, StorePort
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
 REF = "run_81/step_4"

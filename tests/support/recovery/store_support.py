@@ -14,8 +14,9 @@ from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
 from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import StepRecord, StepStore
-from toolsafe.recovery.store.feed import ChangeFeed
+from toolsafe.recovery.store import StepRecord
+from toolsafe.recovery.store.sql import StepStore
+from toolsafe.recovery.store.sql.feed import ChangeFeed
 from toolsafe.tasks.runtime import Runtime
 
 T0: Final = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

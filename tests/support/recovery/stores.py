@@ -1,6 +1,6 @@
 """Store fixtures: one migrated PostgreSQL database for the store tests (emptied before
 each test), a migrated SQLite file copied per test, and every implementation of the
-port in turn (``any_store``: memory, SQLite, PostgreSQL)."""
+port in turn (``any_store``: memory, a backend of the tests' own, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, delete
 
+from tests.support.recovery import journal_store
 from toolsafe.recovery.db import make_engine, migrate, normalize_url
 from toolsafe.recovery.schema import escalation_outbox, step_events, steps
-from toolsafe.recovery.store import MemoryStore, StepStore, StorePort
+from toolsafe.recovery.store import StorePort, open_store
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.sql import StepStore
 
 
 @pytest.fixture(scope="session")
@@ -85,11 +88,17 @@ def store(request: pytest.FixtureRequest) -> StepStore:
     return found
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["memory", "journal", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def any_store(request: pytest.FixtureRequest) -> StorePort:
-    """Each implementation of the port, empty (the contract tests run on all three)."""
+    """Each implementation of the port, empty (the contract tests run on all four: the
+    second is a backend written in the tests, opened by its own scheme)."""
     if request.param == "memory":
         return MemoryStore(rng=random.Random(0))
+    if request.param == "journal":
+        journal_store.register()
+        return open_store("journal://contract").steps
     name = "pg_store" if request.param == "postgresql" else "sqlite_store"
     found: StepStore = request.getfixturevalue(name)
     return found

@@ -20,7 +20,8 @@ from tests.support.recovery.store_support import unknown as unknown
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext, LookupResult
 from toolsafe.adapters.registry import Registry
-from toolsafe.recovery.store import MemoryStore
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.memory.backend import memory_backend
 from toolsafe.settings import Settings
 from toolsafe.tasks.runtime import Runtime
 
@@ -118,7 +119,7 @@ def memory_runtime(
     if adapter is not None:
         registry.register(adapter)
     store = MemoryStore()
-    return Runtime(settings, store=store, registry=registry), store
+    return Runtime(settings, backend=memory_backend(store), registry=registry), store
 
 
 def now() -> datetime:

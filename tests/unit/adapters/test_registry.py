@@ -15,6 +15,8 @@ from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.errors import AdapterLoadError, DuplicateToolError, UnknownToolError
 from toolsafe.adapters.protocol import Adapter, CallContext
 from toolsafe.adapters.registry import Registry, parse_module_list
+from toolsafe.adapters.sending import UnknowableMapping
+from toolsafe.conformance import TargetNotNamed
 
 
 class EchoInput(BaseModel):
@@ -97,6 +99,8 @@ def test_parse_module_list() -> None:
         UnknownToolError("x", ("a", "b")),
         AdapterLoadError("m", "boom"),
         DuplicateToolError("t"),
+        UnknowableMapping("t", "errors=", TimeoutError, "RATE_LIMITED", "a timeout", "x"),
+        TargetNotNamed("'t' writes, and the kit sends its writes only to a target you name"),
     ],
 )
 def test_errors_survive_pickling(error: Exception) -> None:

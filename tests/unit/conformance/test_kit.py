@@ -1,6 +1,7 @@
-"""The kit's parts in-process: the proxy relays and injects over real sockets, reads and
-adapters it cannot wrap get the rows that apply to them, the report's two forms agree,
-and the room needs neither a broker nor a database."""
+"""The kit's parts in-process: reads and adapters it cannot wrap get the rows that apply
+to them, the report's two forms agree, a write runs only against a target the caller
+names, function adapters get the retry/effect count and their declared exceptions
+raised after the call, and the room needs neither a broker nor a database."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import ast
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from pydantic import BaseModel
 
-from toolsafe import read_tool
+from tests.support.conformance import adapters
+from toolsafe import read_tool, tool
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.protocol import Adapter, CallContext
-from toolsafe.conformance import check_adapter
+from toolsafe.adapters.sending import KeyPlace
+from toolsafe.conformance import TargetNotNamed, check_adapter
+from toolsafe.conformance.loading import Loaded, aim
+from toolsafe.conformance.proxy import Seen
+from toolsafe.conformance.targets import key_missing
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,18 +58,21 @@ class HandWritten(Adapter[Anything]):
 
 
 def test_an_adapter_the_kit_cannot_wrap_is_told_so() -> None:
-    report = check_adapter(HandWritten(), {"name": "n"})
+    report = check_adapter(HandWritten(), {"name": "n"}, target_from_settings=True)
     verdicts = {check.scenario: check.verdict for check in report.checks}
     assert verdicts == {
         "the sample input, no fault": "pass",
+        "the operation_ref reaches the downstream as its idempotency key": "skip",
         "fault injection": "skip",
         "lookup by operation_ref": "warn",
     }
     assert report.passed
     text = report.text()
-    assert "hand_written (adapter): PASSED - 1 passed, 0 failed, 1 warnings, 1 skipped" in text
+    assert "hand_written (adapter): PASSED - 1 passed, 0 failed, 1 warnings, 2 skipped" in text
+    assert "target: hand_written: writing to wherever its code writes" in text
     data = report.to_json()
-    assert data["passed"] is True and len(data["checks"]) == 3  # type: ignore[arg-type]
+    assert data["passed"] is True and len(data["checks"]) == 4  # type: ignore[arg-type]
+    assert str(data["target"]).startswith("hand_written: writing to")
 
 
 def test_the_kit_needs_no_broker_or_database() -> None:
@@ -79,3 +89,109 @@ def test_the_kit_needs_no_broker_or_database() -> None:
             )
             for name in names:
                 assert not name.startswith(forbidden), f"{path.name} imports {name}"
+
+
+CHARGE = {"customer_id": "cus_7", "amount_cents": 300}
+
+
+def test_a_write_without_a_named_target_is_refused_before_anything_is_sent() -> None:
+    told: list[str] = []
+    with pytest.raises(TargetNotNamed) as caught:
+        check_adapter(adapters.ledger_charge, CHARGE, announce=told.append)
+    message = str(caught.value)
+    assert "'ledger_charge' writes" in message
+    assert "--base-url" in message and "--target-from-settings" in message
+    assert "--dry-run" in message and told == []
+    with pytest.raises(ValueError, match="one of"):
+        aim(Loaded(adapters.ledger_charge), "http://127.0.0.1:1", True, False)
+    with pytest.raises(ValueError, match="settings name no target"):
+        aim(Loaded(adapters.ledger_charge), "http://127.0.0.1:1", False, False)
+
+
+def test_the_target_is_announced_before_the_first_write() -> None:
+    told: list[str] = []
+
+    def announce(line: str) -> None:
+        told.append(line)
+        assert not adapters.ledger_charge.count_effects("conformance/first/baseline")
+
+    report = check_adapter(
+        adapters.ledger_charge, CHARGE, target_from_settings=True, run_id="first",
+        announce=announce,
+    )  # fmt: skip
+    assert told == [report.target] and "ledger_charge: writing to" in told[0]
+
+
+def test_a_function_adapter_gets_the_retry_and_a_fresh_key_each_call_is_caught() -> None:
+    sound = check_adapter(adapters.ledger_charge, CHARGE, target_from_settings=True)
+    assert sound.passed, sound.text()
+    rows = {check.scenario: check for check in sound.checks}
+    retry = rows["retry under the same operation_ref after a delivered write"]
+    assert retry.verdict == "pass" and retry.got.endswith("1 effect(s)")
+    broken = check_adapter(adapters.fresh_key_charge, CHARGE, target_from_settings=True)
+    row = {check.scenario: check for check in broken.failures}[
+        "retry under the same operation_ref after a delivered write"
+    ]
+    assert "2 effect(s) — the retry wrote a second record" in row.got
+    assert "idempotency_place=" in row.got
+
+
+def test_each_declared_exception_is_raised_after_the_call() -> None:
+    report = check_adapter(adapters.ledger_charge, CHARGE, target_from_settings=True)
+    rows = {check.scenario: check for check in report.checks}
+    after = rows["RateLimited raised after the call reached the downstream"]
+    assert after.verdict == "pass" and "mark it after_send()" in after.expected
+    assert (
+        rows["verify after: RateLimited raised after the call reached the downstream"].verdict
+        == "pass"
+    )
+    refused = rows["ConnectionRefusedError raised after the call reached the downstream"]
+    assert refused.verdict == "pass"
+
+
+def test_a_queued_job_returned_by_a_function_is_not_a_success() -> None:
+    report = check_adapter(adapters.ledger_charge, CHARGE, dry_run=True)
+    assert report.passed, report.text()
+    row = {check.scenario: check for check in report.checks}[
+        'the call returns {"status": "queued", "id": "job_1"} (nothing stored)'
+    ]
+    assert row.got.startswith("OUTCOME_UNKNOWN · unknown · verify_operation")
+    assert report.target.endswith("dry run against an in-process double; nothing leaves")
+
+
+def _seen(headers: tuple[tuple[str, str], ...] = (), body: bytes = b"", path: str = "/x") -> Seen:
+    return Seen("POST", path, "pass", headers=headers, body=body)
+
+
+def test_the_key_check_names_what_arrived_instead() -> None:
+    header = KeyPlace("header", "Idempotency-Key")
+    assert key_missing([_seen((("Idempotency-Key", "r1"),))], header, "r1") is None
+    missing = key_missing([_seen((("X-Request-Id", "r1"), ("Accept", "*/*")))], header, "r1")
+    assert (
+        missing == "no Idempotency-Key header in the request (headers sent: Accept, X-Request-Id)"
+    )
+    other = key_missing([_seen((("idempotency-key", "r2"),))], header, "r1")
+    assert other == "the Idempotency-Key header carries 'r2', not the operation_ref"
+    field = KeyPlace("body", "meta.request_id")
+    assert key_missing([_seen(body=b'{"meta": {"request_id": "r1"}}')], field, "r1") is None
+    assert "fields sent: amount" in str(key_missing([_seen(body=b'{"amount": 1}')], field, "r1"))
+    query = KeyPlace("query", "key")
+    assert key_missing([_seen(path="/x?key=r1")], query, "r1") is None
+    assert "no query parameter 'key'" in str(key_missing([_seen(path="/x?k=r1")], query, "r1"))
+
+
+def test_free_text_without_a_result_model_is_warned() -> None:
+    notes: dict[str, str] = {}
+
+    @tool(lookup=lambda ref: [{"id": notes[ref]}] if ref in notes else [], timeout=0.5)
+    def order(item: str, operation_ref: str) -> dict[str, str]:
+        """Order an item."""
+        notes.setdefault(operation_ref, f"ord_{len(notes) + 1}")
+        return {"id": notes[operation_ref], "note": "Thanks for your order, it ships today"}
+
+    report = check_adapter(order, {"item": "pen"}, target_from_settings=True)
+    row = {check.scenario: check for check in report.checks}[
+        "a success's free text has a result_model"
+    ]
+    assert row.verdict == "warn" and "free text in note and no result_model" in row.got
+    assert report.passed, report.text()

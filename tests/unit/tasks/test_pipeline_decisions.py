@@ -28,7 +28,8 @@ from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavai
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import MemoryStore
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.memory.backend import memory_backend
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.broker_watch import LossWindow
 from toolsafe.tasks.escalation import EscalationNotice
@@ -331,7 +332,7 @@ def test_verify_of_a_tool_no_worker_knows_escalates(
 ) -> None:
     verifying_since(runtime, "other")
     # A worker that does not load the only adapter that could look it up.
-    elsewhere = Runtime(SETTINGS, store=store, registry=Registry())
+    elsewhere = Runtime(SETTINGS, backend=memory_backend(store), registry=Registry())
     assert pipeline.verify(elsewhere, hints, "other") == "escalate"
     assert store.get("other").state is S.ESCALATED
     assert hints.take() == [Hint("escalation", "other")]

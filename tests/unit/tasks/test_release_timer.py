@@ -21,7 +21,8 @@ from tests.support.tasks.memory_support import (
     retry_in,
 )
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import MemoryStore, StepRecord, StorePort
+from toolsafe.recovery.store import Backend, StepRecord, StorePort
+from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.release import MAX_TICK, ReleaseTimer, tick_for
@@ -81,7 +82,7 @@ def test_a_failing_release_is_logged_once_and_the_timer_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     failing = FailingStore(MemoryStore())
-    runtime = Runtime(Settings(), store=cast(StorePort, failing))
+    runtime = Runtime(Settings(), backend=Backend("failing", cast(StorePort, failing)))
     timer = ReleaseTimer(runtime, RecordingHints())
     with caplog.at_level(logging.INFO, logger="toolsafe.release"):
         assert timer.release_once() == 0

@@ -24,7 +24,7 @@ from toolsafe.recovery import reasons as R
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import RESOLUTION_TARGETS, WAITING, StepState
 from toolsafe.recovery.store import StepNotFound
-from toolsafe.recovery.store.overview import Count, Overview, StepFilter
+from toolsafe.recovery.store.overview import Count, OverviewPort, StepFilter
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import build_view, redacted_input, safe_envelope
 
@@ -52,7 +52,7 @@ templates.filters["q"] = lambda value: quote(str(value), safe="/")
 class UiState:
     """The page's share of the gateway: sessions and the overview's queries."""
 
-    def __init__(self, gateway: Gateway, sessions: Sessions, overview: Overview) -> None:
+    def __init__(self, gateway: Gateway, sessions: Sessions, overview: OverviewPort) -> None:
         self.gateway = gateway
         self.sessions = sessions
         self.overview = overview

@@ -20,7 +20,8 @@ from toolsafe.recovery.records import EventRecord, NewStep, StepRecord, step_rec
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.ops import SUBMITTED, insert_step, submitted_change
+from toolsafe.recovery.store.shared import SUBMITTED, submitted_change
+from toolsafe.recovery.store.sql.ops import insert_step
 
 Inserted = tuple[StepRecord, EventRecord | None]
 

@@ -21,8 +21,9 @@ from toolsafe.recovery.schema import (
     WORK_STATE_PREDICATE,
     steps,
 )
-from toolsafe.recovery.store.ops import Decided
-from toolsafe.recovery.store.sql import Change, cas_update
+from toolsafe.recovery.store.shared import Change
+from toolsafe.recovery.store.sql.ops import Decided
+from toolsafe.recovery.store.sql.statements import cas_update
 
 
 def expire_leases(

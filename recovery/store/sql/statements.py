@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from sqlalchemy import (
     ColumnElement,
@@ -25,16 +25,11 @@ from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import outbox
-from toolsafe.recovery.store.compiled import compiled_for
+from toolsafe.recovery.store.shared import Change
+from toolsafe.recovery.store.sql import outbox
+from toolsafe.recovery.store.sql.compiled import compiled_for
 
-
-class Change(NamedTuple):
-    """The event a state change appends: its kind, lifecycle label and redacted detail."""
-
-    kind: str
-    label: str
-    detail: Mapping[str, Any]
+__all__ = ["Change", "append_event", "cas_update", "event_parameters", "fetch", "with_event"]
 
 
 # The hot statements are built once with bind parameters: building and cache-keying a

@@ -1,14 +1,13 @@
 """The escalation outbox of the in-memory store: the same notices, acknowledgements and
-re-send schedule as ``outbox.Outbox`` over SQL, in the tables' dicts and lock."""
+re-send schedule as the SQL store's ``sql/outbox.py``, in the tables' dicts and lock."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from toolsafe.recovery.schema import NOTICE_OUTCOMES
-from toolsafe.recovery.store.outbox import OutboxNotice, resend_delay
-from toolsafe.recovery.store.tables import Tables, utc
+from toolsafe.recovery.store.memory.tables import Tables, utc
+from toolsafe.recovery.store.shared import OutboxNotice, checked_notice_outcome, resend_delay
 
 
 class MemoryOutbox:
@@ -28,10 +27,7 @@ class MemoryOutbox:
 
     def acknowledge(self, notice_id: int, now: datetime, outcome: str = "delivered") -> bool:
         """A handler run took the notice (or it is moot: ``step_moved_on``)."""
-        if outcome not in NOTICE_OUTCOMES:
-            raise ValueError(
-                f"unknown notice outcome {outcome!r}; expected one of {NOTICE_OUTCOMES}"
-            )
+        checked_notice_outcome(outcome)
         with self._tables.transaction():
             notice = self._tables.notices.get(notice_id)
             if notice is None or not notice.open:

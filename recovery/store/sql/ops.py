@@ -45,9 +45,9 @@ from toolsafe.recovery.rows import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
-from toolsafe.recovery.store.compiled import compiled_for
-from toolsafe.recovery.store.sql import (
-    Change,
+from toolsafe.recovery.store.shared import CLAIM_LABEL_VERIFY, Change, submitted_change
+from toolsafe.recovery.store.sql.compiled import compiled_for
+from toolsafe.recovery.store.sql.statements import (
     append_event,
     cas_update,
     event_parameters,
@@ -57,9 +57,6 @@ from toolsafe.recovery.store.sql import (
 
 S = StepState
 Decided = tuple[Row[Any], Decision]
-
-CLAIM_LABEL_VERIFY = "claimed for verification"
-SUBMITTED = "submitted"
 
 
 # ------------------------------------------------------------------ create
@@ -102,17 +99,6 @@ def _insert_statement(dialect_name: str) -> Select[Any] | Insert:
 
 
 _INSERT: dict[str, Select[Any] | Insert] = {}
-
-
-def submitted_change(
-    tool: str, input_hash: str, max_attempts: int, actor: str | None = None
-) -> Change:
-    """The ``submitted`` event of a new step (its only event until a worker claims it);
-    ``actor`` names who submitted it (a gateway key) when known."""
-    detail: dict[str, Any] = {"tool": tool, "input_hash": input_hash, "max_attempts": max_attempts}
-    if actor is not None:
-        detail["actor"] = actor
-    return Change(SUBMITTED, SUBMITTED, detail)
 
 
 def insert_step(

@@ -1,6 +1,6 @@
 """The in-memory store's side of the sweeper and the heartbeat: lease renewal and
 expiry (R4), due work (R7), parked delays released, publish stamps; the same guards as
-``recovery/store/sweep.py`` and ``leases.py`` in SQL (``MemoryStore`` mixes it in)."""
+``sql/sweep.py`` and ``sql/leases.py`` in SQL (``MemoryStore`` mixes it in)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import Recorded, StepRecord
 from toolsafe.recovery.rows import decision_detail, decision_values, iso, snapshot
 from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES
-from toolsafe.recovery.store.sql import Change
-from toolsafe.recovery.store.steps import Jitter
-from toolsafe.recovery.store.submission import StepNotFound
-from toolsafe.recovery.store.tables import Tables, utc
+from toolsafe.recovery.store.errors import StepNotFound
+from toolsafe.recovery.store.memory.tables import Tables, utc
+from toolsafe.recovery.store.shared import Change, Jitter
 
 
 class MemorySweeper:

@@ -1,12 +1,14 @@
-"""The durable step store: every operation one transaction, every change a guarded
+"""The SQL step store: every operation one transaction, every change a guarded
 compare-and-set, every change an event row in the same transaction (R2, R3, R8, R10).
 
-The API here is the seam between recovery/ and tasks/; ``docs/store.md`` describes it.
+It satisfies the port (``toolsafe.recovery.store.port``); ``docs/store.md`` describes
+each operation.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar, cast
@@ -14,7 +16,6 @@ from typing import Any, Final, TypeVar, cast
 from sqlalchemy import Connection, Engine, Row, select
 
 from toolsafe.adapters.envelope import CommitState
-from toolsafe.adapters.protocol import FieldError
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.db import READ_ONLY, with_db_retry
 from toolsafe.recovery.outcomes import (
@@ -42,46 +43,25 @@ from toolsafe.recovery.records import (
 )
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store import leases as leases
-from toolsafe.recovery.store import ops as ops
-from toolsafe.recovery.store import outbox as outbox
-from toolsafe.recovery.store import sql as sql
-from toolsafe.recovery.store import sweep as sweep
 from toolsafe.recovery.store.actions import StepActions
-from toolsafe.recovery.store.batch import insert_steps
+from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
+from toolsafe.recovery.store.shared import Jitter, Validator
+from toolsafe.recovery.store.sql import leases as leases
+from toolsafe.recovery.store.sql import ops as ops
+from toolsafe.recovery.store.sql import outbox as outbox
+from toolsafe.recovery.store.sql import statements as sql
+from toolsafe.recovery.store.sql import sweep as sweep
+from toolsafe.recovery.store.sql.batch import insert_steps
+from toolsafe.recovery.store.sql.feed import ChangeFeed
 from toolsafe.recovery.store.submission import (
-    InvalidOperationRef,
-    OperationRefConflict,
-    StepNotFound,
     check_repeat,
     checked_batch,
     checked_submission,
     in_batch,
-    new_operation_ref,
     valid_operation_ref,
 )
 
-__all__ = [
-    "CONCURRENT_CHANGE",
-    "Claim",
-    "EventRecord",
-    "InvalidOperationRef",
-    "Jitter",
-    "NewStep",
-    "OperationRefConflict",
-    "Recorded",
-    "StepNotFound",
-    "StepRecord",
-    "StepStore",
-    "Submitted",
-    "Validator",
-    "new_operation_ref",
-]
-
-
-Jitter = random.Random
-Validator = Callable[[Mapping[str, Any]], Sequence[FieldError]]
-
+__all__ = ["StepStore"]
 
 T = TypeVar("T")
 
@@ -116,10 +96,23 @@ class StepStore(StepActions):
     when the connection drops (an infrastructure retry, never a business one).
     """
 
-    def __init__(self, engine: Engine, *, rng: Jitter | None = None) -> None:
+    def __init__(
+        self, engine: Engine, *, rng: Jitter | None = None, poll_interval: float = 0.05
+    ) -> None:
         self.engine = engine
         self._rng = rng or random.Random()
         self.outbox = outbox.Outbox(self._write, self._read)
+        self._poll_interval = poll_interval
+        self._feed: ChangeFeed | None = None
+        self._feed_lock = threading.Lock()
+
+    @property
+    def feed(self) -> ChangeFeed:
+        """The change feed over this store's database, started by its first waiter."""
+        with self._feed_lock:
+            if self._feed is None:
+                self._feed = ChangeFeed(self.engine, self._poll_interval)
+            return self._feed
 
     def _write(self, work: Callable[[Connection], T]) -> T:
         def attempt() -> T:

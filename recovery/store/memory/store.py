@@ -25,6 +25,7 @@ from toolsafe.recovery.outcomes import (
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import (
     Claim,
     CountSources,
@@ -46,17 +47,17 @@ from toolsafe.recovery.rows import (
 )
 from toolsafe.recovery.states import LABELS, StepState
 from toolsafe.recovery.store.actions import StepActions
-from toolsafe.recovery.store.feed import MemoryFeed
-from toolsafe.recovery.store.memory_outbox import MemoryOutbox
-from toolsafe.recovery.store.memory_sweep import MemorySweeper
-from toolsafe.recovery.store.ops import CLAIM_LABEL_VERIFY, submitted_change
-from toolsafe.recovery.store.sql import Change
-from toolsafe.recovery.store.steps import (
-    CONCURRENT_CHANGE,
+from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
+from toolsafe.recovery.store.memory.feed import MemoryFeed
+from toolsafe.recovery.store.memory.outbox import MemoryOutbox
+from toolsafe.recovery.store.memory.sweep import MemorySweeper
+from toolsafe.recovery.store.memory.tables import Tables, counted_detail, document, utc
+from toolsafe.recovery.store.shared import (
+    CLAIM_LABEL_VERIFY,
+    Change,
     Jitter,
-    OperationRefConflict,
-    StepNotFound,
     Validator,
+    submitted_change,
 )
 from toolsafe.recovery.store.submission import (
     check_repeat,
@@ -64,7 +65,6 @@ from toolsafe.recovery.store.submission import (
     checked_submission,
     in_batch,
 )
-from toolsafe.recovery.store.tables import Tables, counted_detail, document, utc
 
 __all__ = ["MemoryStore"]
 

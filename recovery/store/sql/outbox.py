@@ -4,9 +4,8 @@ out again by the sweeper until acknowledged, once however many sweepers run (R9)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -21,31 +20,16 @@ from sqlalchemy import (
     update,
 )
 
-from toolsafe.recovery.schema import NOTICE_OUTCOMES, OPEN_NOTICE_PREDICATE, escalation_outbox
+from toolsafe.recovery.schema import OPEN_NOTICE_PREDICATE, escalation_outbox
+from toolsafe.recovery.store.shared import (
+    MAX_BACKOFF_FACTOR,
+    OutboxNotice,
+    checked_notice_outcome,
+    dedup_key,
+    resend_delay,
+)
 
 OUTBOX = escalation_outbox
-
-# Re-sends back off from ``resend_after`` by doubling, up to this many times that.
-MAX_BACKOFF_FACTOR: Final = 64
-
-
-@dataclass(frozen=True)
-class OutboxNotice:
-    """One notice owed to the escalation handlers."""
-
-    id: int
-    step_id: int
-    operation_ref: str
-    dedup_key: str
-    created_at: datetime
-    sends: int
-    last_sent_at: datetime
-    acknowledged_at: datetime | None
-    outcome: str | None
-
-    @property
-    def open(self) -> bool:
-        return self.acknowledged_at is None
 
 
 def notice_record(row: Row[Any]) -> OutboxNotice:
@@ -60,18 +44,6 @@ def notice_record(row: Row[Any]) -> OutboxNotice:
         acknowledged_at=row.acknowledged_at,
         outcome=row.outcome,
     )
-
-
-def dedup_key(operation_ref: str, version: int) -> str:
-    """The same for every re-send of one escalation; the step's version after the
-    escalation makes a second escalation of the same step (after a re-drive) a new one."""
-    return f"escalation:{operation_ref}:v{version}"
-
-
-def resend_delay(resend_after: timedelta, sends: int) -> timedelta:
-    """The wait after the ``sends``-th send: ``resend_after``, doubling, capped."""
-    factor: int = min(2 ** max(sends - 1, 0), MAX_BACKOFF_FACTOR)
-    return resend_after * factor
 
 
 _ADD = insert(OUTBOX)
@@ -109,8 +81,7 @@ def notices(conn: Connection, operation_ref: str, *, open_only: bool) -> list[Ou
 
 def acknowledge(conn: Connection, notice_id: int, now: datetime, outcome: str) -> bool:
     """Close an open notice; False when it was closed already (by a concurrent run)."""
-    if outcome not in NOTICE_OUTCOMES:
-        raise ValueError(f"unknown notice outcome {outcome!r}; expected one of {NOTICE_OUTCOMES}")
+    checked_notice_outcome(outcome)
     closed = conn.execute(
         update(OUTBOX)
         .where(OUTBOX.c.id == notice_id, OUTBOX.c.acknowledged_at.is_(None))

@@ -15,8 +15,7 @@ from typing import Any, Final
 from toolsafe.recovery.records import EventRecord, StepRecord
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.outbox import OutboxNotice, dedup_key
-from toolsafe.recovery.store.sql import Change
+from toolsafe.recovery.store.shared import Change, OutboxNotice, dedup_key
 
 _TIMES: Final = frozenset(
     {"due_at", "lease_expires_at", "last_sent_at", "published_at", "created_at", "updated_at"}

@@ -14,9 +14,9 @@ from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.schema import LEASED_STATE_PREDICATE, steps
 from toolsafe.recovery.states import LEASED, StepState
-from toolsafe.recovery.store.ops import Decided
-from toolsafe.recovery.store.sql import cas_update, fetch
-from toolsafe.recovery.store.sweep import expire_one
+from toolsafe.recovery.store.sql.ops import Decided
+from toolsafe.recovery.store.sql.statements import cas_update, fetch
+from toolsafe.recovery.store.sql.sweep import expire_one
 
 _HELD_BY = (
     select(steps)
