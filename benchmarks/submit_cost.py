@@ -39,11 +39,11 @@ from benchmarks.common import (
     run_main,
     worker_env,
 )
-from benchmarks.gateway import gateway, percentile
+from benchmarks.gateway import _sql, gateway, percentile
 from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import EXECUTE_TASK
 from toolsafe.gateway.client import GatewayClient
-from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client, ToolCall
@@ -205,7 +205,7 @@ def run_concurrent(
             results[f"in process, {label}"] = hammer(agents, calls, local)
             broker.clear()
             token = (
-                KeyStore(client.runtime.store.engine)  # type: ignore[attr-defined]
+                KeyStore(_sql(client.runtime.store).engine)
                 .create(f"agents-{prefix.rstrip('/')}", "agent", None, now=utcnow())
                 .token
             )

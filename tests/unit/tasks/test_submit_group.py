@@ -23,7 +23,9 @@ from tests.support.tasks.memory_support import (
 )
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.records import NewStep
-from toolsafe.recovery.store import MemoryStore, OperationRefConflict, Submitted
+from toolsafe.recovery.store import OperationRefConflict, Submitted
+from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.recovery.store.memory.backend import memory_backend
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks.client import Client, Submission
 from toolsafe.tasks.runtime import Runtime
@@ -61,7 +63,7 @@ def world(window: float) -> tuple[Client, CountingStore, RecordingHints]:
     store = CountingStore()
     settings = dataclasses.replace(SETTINGS, submit_window=window)
     hints = RecordingHints()
-    runtime = Runtime(settings, store=store, registry=registry)
+    runtime = Runtime(settings, backend=memory_backend(store), registry=registry)
     return Client(runtime=runtime, hints=hints), store, hints
 
 
@@ -115,11 +117,14 @@ def test_a_refused_call_does_not_sink_the_others_it_shared_a_commit_with() -> No
     assert all(isinstance(result, Submission) and result.created for result in accepted)
     assert {step.operation_ref for step in store.list_steps(None, 100)} == {"run/taken", *refs}
     assert store.get("run/taken").input == INPUT
+    sent = sorted(hint.operation_ref for hint in hints.take())
+    assert sent == sorted(["run/taken", *refs])  # each accepted step's hint, once
 
 
 def test_the_same_operation_ref_at_once_makes_one_step() -> None:
     client, store, hints = world(window=0.02)
     results = at_once([submit(client, "run/same") for _ in range(CALLERS)])
+    assert [step.operation_ref for step in store.list_steps(None, 100)] == ["run/same"]
     created = [r for r in results if isinstance(r, Submission) and r.created]
     repeats = [r for r in results if isinstance(r, Submission) and not r.created]
     assert len(created) == 1 and len(repeats) == CALLERS - 1
