@@ -40,6 +40,7 @@ from toolsafe.celeryconfig import (
 )
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
+from toolsafe.tasks.broker_watch import RedisBrokerWatch
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.release import ReleaseTimer
@@ -70,6 +71,8 @@ class Publisher:
         self.settings = settings
         # Seeded by the OS on every call: forked workers must not jitter in lockstep.
         self._rng: random.Random = random.SystemRandom()
+        # The sweeper's view of what the broker lost (a marker key in the broker's db).
+        self.watch = RedisBrokerWatch(app)
 
     def eta_for(self, due_at: datetime | None, now: datetime) -> tuple[bool, datetime | None]:
         """(publish now?, eta): due → no ETA; within ``max_eta`` → ETA; beyond → not
@@ -209,7 +212,7 @@ def _register_tasks(app: ToolsafeApp) -> None:
     # create_app); their work shows in the log (event "sweep") and in the metrics.
     @app.task(**options(SWEEP_TASK), send_events=False)  # type: ignore[untyped-decorator]
     def sweep() -> dict[str, int]:
-        return pipeline.sweep(runtime, publisher, publisher.backlog)
+        return pipeline.sweep(runtime, publisher, publisher.backlog, publisher.watch)
 
 
 def create_app(settings: Settings | None = None, main: str = "toolsafe") -> ToolsafeApp:

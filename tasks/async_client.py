@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.tasks.client import CallSpec, Client, Submission, WaitTimeout
-from toolsafe.tasks.views import StepView
+from toolsafe.tasks.views import StepView, build_view
 
 T = TypeVar("T")
 
@@ -64,15 +64,22 @@ class AsyncClient:
         """The step's view once it needs the agent or is terminal, or as it is when
         ``timeout`` runs out (the gateway's ``?wait=``)."""
         deadline = time.monotonic() + timeout
-        store = self.client.runtime.store
         feed = self.client.runtime.feed
         with feed.subscribe(operation_ref) as changes:
             while True:
-                step = await self._run(store.get, operation_ref)
-                remaining = deadline - time.monotonic()
-                if step.state in NEEDS_AGENT or remaining <= 0:
-                    return await self.view(operation_ref)
-                await changes.wait_async(remaining)
+                # One thread hand-off per look: the step, and its view once it settled.
+                view = await self._run(self._settled, operation_ref, deadline)
+                if view is not None:
+                    return view
+                await changes.wait_async(deadline - time.monotonic())
+
+    def _settled(self, operation_ref: str, deadline: float) -> StepView | None:
+        """The step's view if it needs the agent or ``deadline`` passed, else None."""
+        store = self.client.runtime.store
+        step = store.get(operation_ref)
+        if step.state in NEEDS_AGENT or deadline - time.monotonic() <= 0:
+            return build_view(step, store.events(operation_ref))
+        return None
 
     async def wait(self, operation_ref: str, timeout: float = 30.0) -> StepView:
         """Until the step needs the agent (input, approval) or is terminal."""

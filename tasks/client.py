@@ -30,13 +30,14 @@ from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
-from toolsafe.recovery.store import Recorded, StepRecord
+from toolsafe.recovery.store import Recorded, StepRecord, Submitted
 from toolsafe.recovery.store.submission import in_batch
 from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app
 from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime, utcnow
+from toolsafe.tasks.submit_group import SubmitGroup
 from toolsafe.tasks.views import StepView, build_view
 
 log = logging.getLogger("toolsafe.client")
@@ -105,6 +106,8 @@ class Client:
             runtime, hints = self._app.runtime, self._app.publisher
         self.runtime: Runtime = runtime
         self.hints: Hints = hints
+        window = runtime.settings.submit_window
+        self._group = SubmitGroup(window, self._commit_group) if window > 0 else None
 
     @property
     def app(self) -> ToolsafeApp:
@@ -148,8 +151,38 @@ class Client:
         Once the step is committed the call is acknowledged: a broker that refuses the
         hint is logged, and the sweeper publishes it after ``republish_after`` (R2, R7).
         """
-        runtime = self.runtime
         call = self._new_step(tool, input, operation_ref)
+        group = self._group
+        if group is None:
+            return self._submit_alone(call, actor)
+        with group.entered() as others:
+            if not others:  # nobody else is submitting: no one to share a commit with
+                return self._submit_alone(call, actor)
+            # Committed (and its hint published) with the others, or None: that shared
+            # transaction failed, nothing of it committed, and this call goes alone.
+            shared = group.submit(call, actor)
+        if shared is None:
+            return self._submit_alone(call, actor)
+        if shared.event is not None:
+            return Submission(build_view(shared.step, (shared.event,)), True)
+        return self._repeated(shared.step, utcnow())
+
+    def _commit_group(self, calls: Sequence[NewStep], actor: str | None) -> list[Submitted]:
+        """The shared transaction of concurrent submits (``SubmitGroup``'s leader runs
+        it): ``submit_many``'s one commit, then the new steps' hints in one batch."""
+        runtime = self.runtime
+        now = utcnow()
+        submitted = runtime.store.submit_many(calls, now=now, published_at=now, actor=actor)
+        for one in submitted:
+            runtime.faults.hit("after_submit_commit", one.step.operation_ref)
+        self._publish_many(
+            [(one.step.operation_ref, one.step.tool) for one in submitted if one.created], now
+        )
+        return submitted
+
+    def _submit_alone(self, call: NewStep, actor: str | None) -> Submission:
+        runtime = self.runtime
+        tool, operation_ref = call.tool, call.operation_ref
         now = utcnow()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
         # hint published right after. Should that publish be lost, the sweeper

@@ -22,6 +22,7 @@ from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
+from toolsafe.tasks.broker_watch import BrokerWatch
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
 from toolsafe.tasks.lease import Hold, heartbeat_for, recover_if_owner_gone
@@ -359,13 +360,20 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
 
 
 def sweep(
-    runtime: Runtime, hints: Hints, backlog: Callable[[], int | None] | None = None
+    runtime: Runtime,
+    hints: Hints,
+    backlog: Callable[[], int | None] | None = None,
+    watch: BrokerWatch | None = None,
 ) -> dict[str, int]:
     """Expired leases → verification (R4); due work whose hint was lost → published (R7).
 
-    ``backlog`` tells how many hints already wait in the broker. While that exceeds a
-    sweep batch the hints are flowing, so re-publishing would only pile duplicates onto
-    a queue that workers are still draining; lost hints are re-published once it drains.
+    ``watch`` tells when the broker lost what it held (``tasks/broker_watch.py``): the
+    steps whose hint went out in that window are re-sent, a batch per sweep, and
+    nothing else ("recovered"). Stale hints (a publish that never happened after its
+    commit, a message lost between a worker's fetch and its acknowledgement) are
+    re-sent only while no hint waits in the broker (``backlog``, with a watch) or while
+    no more than a sweep batch waits (without one): until then a step's hint may still
+    be queued, and re-sending it would pile duplicates onto a queue being drained.
     """
     store = runtime.store
     settings = runtime.settings
@@ -380,8 +388,10 @@ def sweep(
             state=str(recorded.step.state),
         )
         carry_out(runtime, hints, recorded, now)
+    recovered = recover_lost(runtime, hints, watch, now) if watch is not None else 0
     waiting = backlog() if backlog is not None else None
-    if waiting is not None and waiting > settings.sweep_batch:
+    allowed = 0 if watch is not None else settings.sweep_batch
+    if waiting is not None and waiting > allowed:
         _event("republish_deferred", "-", backlog=waiting)
         due: list[StepRecord] = []
     else:
@@ -411,12 +421,48 @@ def sweep(
     counts = {
         "expired": len(expired),
         "republished": len(due),
+        "recovered": recovered,
         "released": released,
         "notices_resent": len(resend),
     }
-    if expired or due or resend or released:
+    if expired or due or recovered or resend or released:
         log.info("sweep %s", counts, extra={"event": "sweep", **counts})
     return counts
+
+
+def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: datetime) -> int:
+    """One batch of the steps whose hint the broker lost (``watch``): those due now are
+    sent at once; those due later are un-parked, and ``release`` (later in the same
+    sweep) sends them with their ETA. Returns how many steps were handed out."""
+    window = watch.losses(now)
+    if window is None:
+        return 0
+    settings = runtime.settings
+    lost = runtime.store.lost_hints(
+        now,
+        window.since,
+        window.until,
+        window.until + timedelta(seconds=settings.max_eta),
+        limit=settings.sweep_batch,
+    )
+    for step in lost:
+        if step.published_at is not None:  # due now (the others wait for ``release``)
+            if step.state is StepState.VERIFYING:
+                hints.verify(step.operation_ref, None, now, tool=step.tool)
+            else:
+                hints.execute(step.operation_ref, None, now, tool=step.tool)
+        _event("recovered", step.operation_ref, state=str(step.state))
+    if lost:
+        log.warning(
+            "the broker lost the hints of %d steps (sent %s to %s); re-sent",
+            len(lost),
+            "from the start" if window.since is None else window.since.isoformat(),
+            window.until.isoformat(),
+            extra={"event": "broker_loss", "steps": len(lost)},
+        )
+    if len(lost) < settings.sweep_batch:
+        watch.recovered(window)
+    return len(lost)
 
 
 def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | None = None) -> int:

@@ -62,6 +62,8 @@ DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1"
 HEARTBEATS_PER_LEASE: Final = 3
 MIN_SESSION_KEY: Final = 32
 """The shortest TOOLSAFE_UI_SESSION_KEY accepted: 32 characters of random text."""
+# A submit never waits longer than this for others to share its commit (a latency bound).
+MAX_SUBMIT_WINDOW: Final = 0.05
 
 # Keys accepted in TOOLSAFE_TOOL_POLICIES; each is also TOOLSAFE_<KEY>, the default.
 POLICY_KEYS: Final = KNOBS
@@ -142,6 +144,9 @@ class Settings:
     # a worker holds at most this much of the future as ETA messages (R6).
     max_eta: float = 10.0
     eta_jitter: float = 0.1
+    # How long a submit waits for others submitting at the same moment in this process
+    # to share its transaction (group commit, tasks/submit_group.py); 0: each its own.
+    submit_window: float = 0.001
     visibility_timeout: float = 3600.0
     worker_eta_task_limit: int = 1000
     policy: PolicySettings = field(default_factory=PolicySettings)
@@ -221,6 +226,11 @@ class Settings:
                 raise SettingsError(name, f"must be greater than 0, got {value}")
         if self.eta_jitter < 0:
             raise SettingsError("TOOLSAFE_ETA_JITTER", "must not be negative")
+        if not 0 <= self.submit_window <= MAX_SUBMIT_WINDOW:
+            raise SettingsError(
+                "TOOLSAFE_SUBMIT_WINDOW",
+                f"must be between 0 and {MAX_SUBMIT_WINDOW} seconds, got {self.submit_window}",
+            )
         if self.task_soft_time_limit >= self.task_time_limit:
             raise SettingsError(
                 "TOOLSAFE_TASK_SOFT_TIME_LIMIT",
@@ -321,6 +331,7 @@ def _read(reader: Reader) -> Settings:
         republish_after=reader.number("TOOLSAFE_REPUBLISH_AFTER", 30.0),
         max_eta=reader.number("TOOLSAFE_MAX_ETA", 10.0),
         eta_jitter=reader.number("TOOLSAFE_ETA_JITTER", 0.1),
+        submit_window=reader.number("TOOLSAFE_SUBMIT_WINDOW", 0.001),
         visibility_timeout=reader.number("TOOLSAFE_VISIBILITY_TIMEOUT", 3600.0),
         worker_eta_task_limit=reader.integer("TOOLSAFE_WORKER_ETA_TASK_LIMIT", 1000),
         policy=base,

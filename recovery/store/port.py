@@ -208,6 +208,22 @@ class StorePort(Protocol):
         time; each step to one caller however many release at once (the release timer)."""
         ...
 
+    def lost_hints(
+        self,
+        now: datetime,
+        since: datetime | None,
+        until: datetime,
+        eta_until: datetime,
+        limit: int,
+    ) -> list[StepRecord]:
+        """Unleased work whose latest hint went out while the broker lost what it held:
+        sent in ``[since, until)`` (``since`` None: from the beginning), or an ETA hint
+        (stamped with its due time) due before ``eta_until``. A step due now is marked
+        published at ``now`` (the caller sends it); one due later is un-parked
+        (``published_at`` None) for the release timer. Each step to one caller however
+        many sweep at once."""
+        ...
+
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's hint went out at ``now`` (no version, no event); ``StepNotFound``."""
         ...

@@ -62,6 +62,15 @@ def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
     assert out.count(" met") + out.count("NOT met") >= 2
 
 
+def test_lost_hints_counts_resent_against_lost_for_both_rules(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "lost_hints", pg_url, redis_url, "--steps", "10", "--rounds", "1", "--recover", "2",
+    )  # fmt: skip
+    assert "round 1 (marker   )" in out and "round 2 (time rule)" in out
+    assert "hints re-sent in a run without faults" in out
+    assert "re-sent / lost per broker restart" in out
+
+
 @pytest.mark.slow
 def test_eta_memory_measures_both_backlogs(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(

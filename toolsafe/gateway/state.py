@@ -57,6 +57,7 @@ class Gateway:
             self.leave_wait()
 
 
-def gateway(request: Request) -> Gateway:
+async def gateway(request: Request) -> Gateway:
+    """The gateway's shared state (async: a sync dependency would cost a thread hop)."""
     found: Gateway = request.app.state.gateway
     return found

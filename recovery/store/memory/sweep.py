@@ -133,6 +133,35 @@ class MemorySweeper:
             limit,
         )
 
+    def lost_hints(
+        self,
+        now: datetime,
+        since: datetime | None,
+        until: datetime,
+        eta_until: datetime,
+        limit: int,
+    ) -> list[StepRecord]:
+        if until > now or eta_until < until or (since is not None and since > until):
+            raise ValueError("a loss window runs since <= until <= now, eta_until >= until")
+
+        def lost(step: StepRecord) -> bool:
+            sent = step.published_at
+            if step.state not in WORK_STATES or sent is None:
+                return False
+            if step.lease_expires_at is not None and step.lease_expires_at > now:
+                return False
+            if since is not None and sent < since:
+                return False
+            eta_hint = step.state in DUE_LATER and sent == step.due_at and sent < eta_until
+            return sent < until or eta_hint
+
+        stamp = utc(now)
+        return self._hand_out(
+            lost,
+            lambda step: stamp if step.due_at is not None and step.due_at <= now else None,
+            limit,
+        )
+
     def release_parked(self, now: datetime, horizon: datetime, limit: int) -> list[StepRecord]:
         if horizon < now:
             raise ValueError("horizon must not be before now")

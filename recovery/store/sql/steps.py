@@ -422,6 +422,26 @@ class StepStore(StepActions):
         )
         return [step_record(row) for row in rows]
 
+    def lost_hints(
+        self,
+        now: datetime,
+        since: datetime | None,
+        until: datetime,
+        eta_until: datetime,
+        limit: int,
+    ) -> list[StepRecord]:
+        """Unleased work whose hint went out inside a broker's loss window (``sweep.
+        lost_guard``): due now → marked published at ``now``; due later → un-parked for
+        the release timer. ``FOR UPDATE SKIP LOCKED`` on PostgreSQL."""
+        if until > now or eta_until < until or (since is not None and since > until):
+            raise ValueError("a loss window runs since <= until <= now, eta_until >= until")
+        rows = self._write(
+            lambda conn: sweep.lost_hints(
+                conn, now=now, since=since, until=until, eta_until=eta_until, limit=limit
+            )
+        )
+        return [step_record(row) for row in rows]
+
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
         parameters = {"ref": operation_ref, "published_at": now}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, or_, select, text, update
+from sqlalchemy import Connection, Row, and_, case, literal, null, or_, select, text, update
 
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.schema import (
@@ -165,4 +165,44 @@ def release_parked(
         limit=limit,
         published_at=steps.c.due_at,
         name="parked_candidates",
+    )
+
+
+def lost_guard(now: datetime, since: datetime | None, until: datetime, eta_until: datetime) -> Any:
+    """Unleased work whose latest hint went out inside a broker's loss window: sent in
+    ``[since, until)`` (``since`` None: from the beginning), or an ETA hint (stamped with
+    its due time) due before ``eta_until`` and so sent before ``until`` at the latest."""
+    sent = steps.c.published_at
+    eta_hint = and_(text(PARKED_STATE_PREDICATE), sent == steps.c.due_at, sent < eta_until)
+    guard = and_(
+        text(WORK_STATE_PREDICATE),
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+        sent.is_not(None),
+        or_(sent < until, eta_hint),
+    )
+    return guard if since is None else and_(guard, sent >= since)
+
+
+def lost_hints(
+    conn: Connection,
+    *,
+    now: datetime,
+    since: datetime | None,
+    until: datetime,
+    eta_until: datetime,
+    limit: int,
+) -> list[Row[Any]]:
+    """The steps whose hint a broker lost (``lost_guard``), handed out once: a step due
+    now is stamped published at ``now`` (the caller sends it at once); one due later is
+    un-parked (``published_at`` NULL), so the release timer sends it with its ETA."""
+    stamp = case(
+        (steps.c.due_at <= now, literal(now, steps.c.published_at.type)),
+        else_=null(),
+    )
+    return hand_out(
+        conn,
+        lost_guard(now, since, until, eta_until),
+        limit=limit,
+        published_at=stamp,
+        name="lost_candidates",
     )

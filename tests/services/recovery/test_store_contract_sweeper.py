@@ -154,3 +154,53 @@ def test_due_work_hands_out_the_longest_due_first(store: StorePort) -> None:
     [due] = store.due_work(now, limit=1, republish_after=MINUTE)
     assert due.operation_ref == "second"
     assert store.due_work(now, limit=1, republish_after=MINUTE) == []
+
+
+# ------------------------------------------------------------- hints a broker lost
+
+
+def test_lost_hints_hands_out_only_hints_sent_inside_the_window(store: StorePort) -> None:
+    second = timedelta(seconds=1)
+    submit(store, "before", now=T0, published_at=T0)
+    submit(store, "inside", now=T0 + 5 * second, published_at=T0 + 5 * second)
+    submit(store, "after", now=T0 + 20 * second, published_at=T0 + 20 * second)
+    submit(store, "never", now=T0 + 6 * second)  # no hint went out: not the broker's loss
+    claimed(store, "running", T0 + 6 * second)
+    now = T0 + 30 * second
+    since, until = T0 + 2 * second, T0 + 10 * second
+    [lost] = store.lost_hints(now, since, until, until + second, limit=10)
+    assert lost.operation_ref == "inside" and lost.published_at == now and lost.version == 1
+    assert store.get("inside") == lost
+    assert [e.kind for e in store.events("inside")] == ["submitted"]  # bookkeeping only
+    # Handed out once: stamped at ``now``, it has left the window.
+    assert store.lost_hints(now, since, until, until + second, limit=10) == []
+    # From the beginning: the older hint too.
+    [older] = store.lost_hints(now, None, until, until + second, limit=10)
+    assert older.operation_ref == "before"
+
+
+def test_lost_hints_is_bounded_and_oldest_due_first(store: StorePort) -> None:
+    for index in range(5):
+        at = T0 + timedelta(seconds=index)
+        submit(store, f"r{index}", now=at, published_at=at)
+    now = T0 + MINUTE
+    first = store.lost_hints(now, None, T0 + MINUTE, T0 + MINUTE, limit=2)
+    second = store.lost_hints(now, None, T0 + MINUTE, T0 + MINUTE, limit=2)
+    rest = store.lost_hints(now, None, T0 + MINUTE, T0 + MINUTE, limit=2)
+    assert [s.operation_ref for s in first + second + rest] == [f"r{i}" for i in range(5)]
+    assert len(rest) == 1
+
+
+def test_a_lost_eta_hint_is_unparked_for_the_release_timer(store: StorePort) -> None:
+    due = verifying(store, "checking")  # waits until ``due``; its ETA hint went out
+    store.mark_published("checking", due)  # an ETA hint is stamped with its due time
+    until = due - timedelta(seconds=1)  # the broker started just before it fell due
+    assert store.lost_hints(until, None, until, until, limit=10) == []  # sent after until
+    [lost] = store.lost_hints(until, None, until, due + timedelta(seconds=1), limit=10)
+    assert lost.operation_ref == "checking" and lost.published_at is None
+    assert store.release_parked(until, due, limit=10)[0].operation_ref == "checking"
+
+
+def test_lost_hints_refuses_a_window_in_the_future(store: StorePort) -> None:
+    with pytest.raises(ValueError, match="loss window"):
+        store.lost_hints(T0, None, T0 + MINUTE, T0 + MINUTE, limit=1)
