@@ -77,7 +77,7 @@ _MORE: Final = (
     r"|uberspringe|verwirf|verwerfen sie)\b.{0,50}\b(?:anweisung|anweisungen|instruktion"
     r"|instruktionen|regeln|vorgaben|richtlinien|systemprompt|system-prompt|befehle)\b",
     r"\bdu bist (?:jetzt|nun|ab sofort|ab jetzt)\b|\bab (?:sofort|jetzt) (?:bist du|antwortest"
-    r" du|musst du|sollst du)\b|\bneue anweisungen?\b|\bsystem-?(?:prompt|nachricht|anweisung)"
+    r" du|musst du|sollst du)\b|\bneue anweisung(?:en)?\b|\bsystem-?(?:prompt|nachricht|anweisung)"
     r"\b|\b(?:sag|sage|verrate|erzahle)\b.{0,10}\b(?:dem|der) (?:nutzer|benutzer|kunden|kundin)"
     r"\b.{0,10}\bnichts\b|\bverrate\b.{0,30}\b(?:anweisungen|passwort|schlussel|prompt)\b"
     r"|\btu so,? als\b|\bgib dich als\b|\b(?:uberweise|sende|rufe) (?:sofort|umgehend)\b"

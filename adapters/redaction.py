@@ -164,7 +164,8 @@ _ASCII_SECRET_PATTERNS: Final = tuple(_ascii_only(secret.pattern) for secret in 
 # an id. Celery's "succeeded in 0.0123456789012345s" and its task ids are no cards.
 _CARD_CANDIDATE: Final = re.compile(r"(?<![\w.\-])\d(?:[ \-]?\d){12,}(?![\w]|[.,]\d|-\w)")
 _UUID_DIGITS: Final = re.compile(r"\d{8}-\d{4}-\d{4}-\d{4}-\d{12}")
-_EMAIL: Final = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+# Not right after "/": "logo@2x.png" in a URL's path is a file name.
+_EMAIL: Final = re.compile(r"(?<![/A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
 
 
 def luhn_valid(digits: str) -> bool:
@@ -245,8 +246,11 @@ def _iban_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
-    """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+def redact(
+    text: str, *, allowed_emails: Iterable[str] = (), allowed_domains: Iterable[str] = ()
+) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]``; e-mail addresses in
+    ``allowed_emails``, or on a domain of ``allowed_domains`` (or a subdomain), stay."""
     text = text[:MAX_SCAN]
     patterns = (
         _ASCII_SECRET_PATTERNS
@@ -261,16 +265,23 @@ def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
     for start, end in reversed(_iban_spans(text)):
         text = f"{text[:start]}[REDACTED:iban]{text[end:]}"
     allowed = {address.lower() for address in allowed_emails}
+    domains = tuple(domain.lower() for domain in allowed_domains)
 
     def _email(match: re.Match[str]) -> str:
-        return match.group() if match.group().lower() in allowed else "[REDACTED:email]"
+        address = match.group().lower()
+        host = address.rpartition("@")[2]
+        if address in allowed or any(host == d or host.endswith("." + d) for d in domains):
+            return match.group()
+        return "[REDACTED:email]"
 
     return _EMAIL.sub(_email, text)
 
 
-def find_secrets(text: str, *, allowed_emails: Iterable[str] = ()) -> list[str]:
+def find_secrets(
+    text: str, *, allowed_emails: Iterable[str] = (), allowed_domains: Iterable[str] = ()
+) -> list[str]:
     """The kinds of secret found in ``text`` (empty when it is clean)."""
-    redacted = redact(text, allowed_emails=allowed_emails)
+    redacted = redact(text, allowed_emails=allowed_emails, allowed_domains=allowed_domains)
     return sorted(set(re.findall(r"\[REDACTED:([a-z_]+)\]", redacted)))
 
 

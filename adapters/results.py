@@ -78,7 +78,7 @@ class _Cleaner:
             for kind in neutral.kinds:
                 self.note(path, kind)
             cleaned = neutral.text
-        instructions, secrets = inspect(cleaned)
+        instructions, secrets = inspect(cleaned, email_domains=self.hosts)
         if instructions:
             self.note(path, "instructions")
             return MARK_INSTRUCTIONS

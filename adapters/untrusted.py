@@ -25,7 +25,7 @@ from toolsafe.adapters.redaction import clean_text, find_secrets
 # dropping ESC alone would leave "[31m" behind.
 _ANSI: Final = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]"
 )
 # Characters that render as nothing yet are letters or marks, so the category rule of
 # ``clean_text`` keeps them: variation selectors, the combining grapheme joiner, Hangul
@@ -36,18 +36,40 @@ _INVISIBLE: Final = re.compile(
 )
 
 
+_HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
+
+
+def _fold(char: str) -> str:
+    """A letter or digit drawn as another form of an ASCII one (full-width, mathematical
+    bold, ...) as that ASCII one; any other character as it is. A reader sees the same
+    thing; a scanner then reads what the reader sees. Punctuation of other scripts (the
+    ideographic comma, "№") stays: NFKC would alter legitimate text."""
+    if unicodedata.category(char)[0] not in "LN" or unicodedata.category(char) == "No":
+        return char
+    folded = unicodedata.normalize("NFKC", char)
+    return folded if len(folded) == 1 and folded.isascii() and folded.isalnum() else char
+
+
 def normalise(text: str, limit: int) -> str:
-    """``clean_text`` (NFKC, controls and format characters out, whitespace collapsed,
-    capped) after ANSI sequences are cut out whole, then invisible letters removed."""
+    """Text fit to show: ANSI sequences cut out whole, control, format (zero-width, bidi),
+    private and unassigned characters and invisible letters removed, look-alike letters
+    and digits folded to ASCII, NFC, whitespace collapsed, at most ``limit`` characters.
+    Detectors read its NFKC form as well (:func:`views`)."""
     if text.isascii() and text.isprintable():
         return clean_text(text, limit)
     text = text[: limit * 2]
     if "\x1b" in text or "\x9b" in text:
         text = _ANSI.sub("", text)
-    cleaned = clean_text(text, limit)
-    if _INVISIBLE.search(cleaned):
-        cleaned = " ".join(_INVISIBLE.sub("", cleaned).split())
-    return cleaned
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFC", text))
+    kept = []
+    for char in text:
+        if char in "\t\n\r":
+            kept.append(" ")
+        elif char.isascii():
+            kept.append(char)
+        elif unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+            kept.append(_fold(char))
+    return " ".join(_INVISIBLE.sub("", "".join(kept)).split())[:limit]
 
 
 def host_declared(url: str, hosts: frozenset[str]) -> bool:
@@ -63,6 +85,8 @@ def host_declared(url: str, hosts: frozenset[str]) -> bool:
         return False
     if parts.scheme and parts.scheme.casefold() not in ("http", "https"):
         return False
+    if "@" in parts.netloc:
+        return False  # "https://billing.example.com@evil.example/" shows one host, opens another
     if not parts.netloc:
         return not parts.scheme and not url.startswith("//") and ":" not in url.split("/")[0]
     host = (parts.hostname or "").casefold().rstrip(".")
@@ -93,7 +117,10 @@ _MD_IMAGE: Final = re.compile(r"!\[([^\]]{0,500})\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[
 _MD_IMAGE_REF: Final = re.compile(r"!\[[^\]]{0,500}\]\[[^\]]{0,200}\]")
 _MD_LINK: Final = re.compile(r"\[([^\]]{0,500})\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[^)]*)?\)")
 _MD_DEFINITION: Final = re.compile(r"\[[^\]]{1,200}\]:\s*(<[^>]*>|\S+)(?:\s+\"[^\"]*\")?")
-_AUTOLINK: Final = re.compile(r"<((?:[A-Za-z][A-Za-z0-9+.\-]*:)[^\s<>]*)>")
+_AUTOLINK: Final = re.compile(
+    r"<((?:[A-Za-z][A-Za-z0-9+.\-]*://|(?:javascript|vbscript|data|mailto):)[^\s<>]*)>",
+    re.IGNORECASE,
+)
 IMAGE_MARK: Final = "[REMOVED:image]"
 
 
@@ -235,7 +262,7 @@ def views(text: str, depth: int = 0) -> Iterator[tuple[str, str]]:
     leetspeak mapped, spaced letters joined) and every base64 run opened (``decoded``)."""
     yield text, "text"
     seen = {text}
-    plain = text
+    plain = text if text.isascii() else clean_text(text)
     if "<" in plain:
         plain = _TAG_ANY.sub("", plain)
     if "&" in plain:
@@ -272,15 +299,17 @@ def views(text: str, depth: int = 0) -> Iterator[tuple[str, str]]:
 _PAIR: Final = re.compile(r"^[\w.@\-]{1,64}:(?=\S*[\d\W])[^\s:]{6,128}$")
 
 
-def inspect(text: str, *, allowed_emails: Iterable[str] = ()) -> tuple[bool, list[str]]:
+def inspect(text: str, *, email_domains: Iterable[str] = ()) -> tuple[bool, list[str]]:
     """Whether cleaned ``text`` addresses a model, and the kinds of secret it holds, read
-    through every view (secrets in the text, its plain and its decoded forms)."""
+    through every view (secrets in the text, its plain and its decoded forms). Addresses
+    on ``email_domains`` (the adapter's declared hosts) are the service's own, no secret."""
     secrets: set[str] = set()
     instructions = False
+    domains = tuple(email_domains)
     for view, kind in views(text):
         instructions = instructions or addresses_a_model(view)
         if kind != "read":
-            secrets.update(find_secrets(view, allowed_emails=allowed_emails))
+            secrets.update(find_secrets(view, allowed_domains=domains))
         if kind == "decoded" and _PAIR.fullmatch(view):
             secrets.add("credentials")
     return instructions, sorted(secrets)

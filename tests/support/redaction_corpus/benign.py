@@ -1,0 +1,153 @@
+"""Ordinary success results an invoice, e-mail, ticket or deploy tool returns: text in
+several languages, links and images on the adapter's declared hosts, ids, hashes and
+references that look like numbers or base64. None of it should be altered.
+
+E-mail addresses are customer data and withheld by design (``docs/redaction.md``): a
+benign record here carries none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# What the tools declare: the billing service, its CDN, the ticket desk, the CI.
+DECLARED_HOSTS = ("billing.example.com", "cdn.example-assets.net", "desk.example.org", "ci.example.dev")
+
+INVOICES: list[dict[str, Any]] = [
+    {"id": "inv_2026_000184", "number": "RE-2026-0042", "status": "paid", "amount_cents": 12990,
+     "currency": "EUR", "memo": "Consulting, November 2026 (12.5 h at 95.00 EUR)",
+     "customer_id": "cus_8842", "created_at": "2026-12-01T09:14:22Z",
+     "pdf": "[Download PDF](https://billing.example.com/invoices/inv_2026_000184.pdf)"},
+    {"id": "4000012345", "number": "2026120100042", "status": "open", "amount_cents": 450000,
+     "memo": "Zahlung innerhalb von 14 Tagen ohne Abzug. Vielen Dank für Ihren Auftrag!",
+     "customer_id": "C-17", "created_at": "2026-11-30 17:02:11"},
+    {"id": "inv_7Hq2", "number": "F2026-118", "status": "brouillon",
+     "memo": "Facture n° 118 — prestations de décembre, TVA 20 % incluse.",
+     "total": "1 234,56 €", "due": "31/12/2026"},
+    {"id": "inv_jp_0091", "memo": "ご注文ありがとうございます。お支払い期限は2026年12月31日です。",
+     "total": "¥128,000", "tax": "消費税10%"},
+    {"id": "inv_ar_17", "memo": "شكراً لتعاملكم معنا. يرجى السداد خلال ثلاثين يوماً.",
+     "total": "1,250.00 ر.س"},
+    {"id": "inv_ru_55", "memo": "Счёт № 55 от 01.12.2026. Оплата в течение 10 банковских дней.",
+     "total": "48 500,00 ₽"},
+    {"id": "inv_zh_8", "memo": "感谢您的惠顾，请于30天内付款。发票号：20261201008",
+     "total": "¥3,580.00"},
+    {"id": "inv_es_3", "memo": "Factura pagada. Gracias por su confianza; el recibo está adjunto.",
+     "reference": "ES-2026/000311"},
+    {"id": "inv_0001", "memo": "Monthly plan ×3 seats — prorated from 2026-11-15",
+     "logo": "![Acme](https://cdn.example-assets.net/brand/logo@2x.png)",
+     "hash": "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+    {"id": "inv_0002", "etag": "W/\"5f8d2a1b9c\"", "integrity": "sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC",
+     "memo": "Paid by SEPA transfer, reference 0042-1187-5530", "tracking": "1Z999AA10123456784"},
+    {"id": "inv_0003", "memo": "Please disregard this message if you have already paid.",
+     "amount": "99.90", "discount": "-10 %", "vat_id": "DE123456789"},
+    {"id": "inv_0004", "memo": "Invoice for order #100245; 2 × Widget Pro (SKU 4006381333931)",
+     "customer_ref": "PO-77812-B", "note": "Net 30. Late fee 1.5 %/month."},
+    {"id": "inv_0005", "memo": "Receipt <b>paid</b> on <i>1 Dec 2026</i>",
+     "link": '<a href="https://billing.example.com/r/inv_0005">View receipt</a>'},
+    {"id": "inv_0006", "memo": "Refund of 12.00 EUR issued for the duplicated line item.",
+     "refund_id": "re_3Nq8ZkLs2x", "ledger": "2026-12-01/000184/credit"},
+]  # fmt: skip
+
+EMAILS: list[dict[str, Any]] = [
+    {"id": "msg_01HZX4Q8W3", "status": "sent", "subject": "Your invoice RE-2026-0042",
+     "snippet": "Hello Ms. Keller, please find your invoice attached. Kind regards, Billing"},
+    {"id": "<20261201091422.4f1c@mail.billing.example.com>", "status": "queued",
+     "subject": "Ihre Bestellung 100245 wurde versandt",
+     "snippet": "Guten Tag Herr Özdemir, Ihr Paket ist unterwegs. Sendungsnummer 00340434161094012345."},
+    {"id": "msg_02", "subject": "Rappel : facture F2026-118", "status": "delivered",
+     "snippet": "Bonjour, nous vous rappelons que la facture arrive à échéance le 31/12."},
+    {"id": "msg_03", "subject": "お支払いの確認", "status": "sent",
+     "snippet": "お支払いを確認いたしました。今後ともよろしくお願いいたします。"},
+    {"id": "msg_04", "subject": "Подтверждение оплаты", "status": "sent",
+     "snippet": "Здравствуйте! Мы получили вашу оплату. Спасибо, что выбрали нас."},
+    {"id": "msg_05", "subject": "付款确认", "status": "sent",
+     "snippet": "您好，我们已收到您的付款。如有问题请回复此邮件。"},
+    {"id": "msg_06", "subject": "تأكيد الطلب", "status": "sent",
+     "snippet": "مرحباً، تم استلام طلبك وسيتم شحنه خلال يومين."},
+    {"id": "msg_07", "subject": "Confirmación de su pedido", "status": "sent",
+     "snippet": "Hola, su pedido 100245 ha sido enviado. ¡Gracias por su compra!"},
+    {"id": "msg_08", "subject": "Welcome aboard!", "status": "sent",
+     "snippet": "Thanks for signing up. Reply to this e-mail if you have any questions."},
+    {"id": "msg_09", "subject": "Password reset requested", "status": "sent",
+     "snippet": "Someone asked to reset your password. If it was not you, ignore this e-mail."},
+    {"id": "msg_10", "subject": "Meeting notes 01/12", "status": "sent",
+     "snippet": "Action items: 1) update the API docs; 2) ship v2.3.1; 3) review PR #482."},
+    {"id": "msg_11", "subject": "Re: contract renewal", "status": "sent",
+     "snippet": "As discussed, the new rate applies from 1 January. See [the terms](https://billing.example.com/terms#renewal)."},
+    {"id": "msg_12", "subject": "Newsletter — December", "status": "scheduled",
+     "snippet": "Read the highlights ![banner](https://cdn.example-assets.net/news/2026-12.png)"},
+    {"id": "msg_13", "subject": "Your order is on its way", "status": "sent",
+     "snippet": "Track it with DHL: JJD000390007780653120 (arrives Thu 3 Dec, 10:00–14:00)."},
+]  # fmt: skip
+
+TICKETS: list[dict[str, Any]] = [
+    {"id": "TCK-48213", "status": "open", "priority": "high", "title": "Checkout fails with error 502",
+     "body": "Since 09:40 UTC about 3 % of checkouts fail with 502 Bad Gateway. Trace id 4bf92f3577b34da6a3ce929d0e0e4736.",
+     "url": "https://desk.example.org/tickets/48213"},
+    {"id": "TCK-48214", "status": "pending", "title": "Rechnung doppelt erhalten",
+     "body": "Ich habe die Rechnung RE-2026-0042 zweimal bekommen. Bitte stornieren Sie eine davon."},
+    {"id": "TCK-48215", "status": "solved", "title": "Erreur de connexion",
+     "body": "Le client n'arrive pas à se connecter depuis la mise à jour. Résolu après vidage du cache."},
+    {"id": "TCK-48216", "status": "open", "title": "ログインできません",
+     "body": "昨日からログインできません。エラーコードはE1042です。"},
+    {"id": "TCK-48217", "status": "open", "title": "Не приходит письмо",
+     "body": "Письмо с подтверждением не приходит уже второй день. Проверьте, пожалуйста."},
+    {"id": "TCK-48218", "status": "open", "title": "无法导出报表",
+     "body": "导出12月报表时提示超时，请帮忙查看。"},
+    {"id": "TCK-48219", "status": "open", "title": "مشكلة في الدفع",
+     "body": "تم خصم المبلغ مرتين من بطاقتي، أرجو المساعدة."},
+    {"id": "TCK-48220", "status": "open", "title": "No puedo descargar la factura",
+     "body": "Al pulsar «Descargar» aparece una página en blanco. Uso Firefox 133."},
+    {"id": "TCK-48221", "status": "on-hold", "title": "Feature request: CSV export",
+     "body": "It would help to export **all** columns, including `created_at` and _region_."},
+    {"id": "TCK-48222", "status": "open", "title": "Order 2026-11-30-0042 missing item",
+     "body": "Package arrived without the charger (SKU 0885909950805). Photo: ![photo](https://desk.example.org/attachments/48222/1.jpg)"},
+    {"id": "TCK-48223", "status": "open", "title": "Timeout calling /v1/orders",
+     "body": "Requests to /v1/orders?page=2&limit=50 time out after 30 s; p95 was 480 ms yesterday."},
+    {"id": "TCK-48224", "status": "closed", "title": "Duplicate charge",
+     "body": "Customer was charged twice (txn 7730-2291-0041 and 7730-2291-0042); refunded 49.99 USD."},
+    {"id": "TCK-48225", "status": "open", "title": "Wrong VAT rate",
+     "body": "Invoices for AT customers show 19 % instead of 20 %. Affects orders since 2026-11-01."},
+    {"id": "TCK-48226", "status": "open", "title": "Bug in the rules engine",
+     "body": "The discount rules are applied in the wrong order; please check the previous release notes."},
+]  # fmt: skip
+
+DEPLOYS: list[dict[str, Any]] = [
+    {"id": "dep_1042", "status": "succeeded", "commit": "3f2c9a1e8b7d6c5f4a3b2c1d0e9f8a7b6c5d4e3f",
+     "version": "v2.3.1", "duration": "0.0123456789s", "log": "Deployed web@v2.3.1 to 4/4 pods in 84.2 s",
+     "url": "https://ci.example.dev/pipelines/1042"},
+    {"id": "dep_1043", "status": "failed", "log": "Health check failed on 10.0.0.5:8080 (HTTP 503) after 3 attempts",
+     "rollback": "rolled back to v2.3.0 (image sha256:4c1e7a3b9d21f0e8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4)"},
+    {"id": "dep_1044", "status": "running", "task_id": "5c1e7a3b-1234-4f0e-9d21-0123456789ab",
+     "log": "Task deploy.run[5c1e7a3b-1234-4f0e-9d21-0123456789ab] succeeded in 0.004056789012345s"},
+    {"id": "dep_1045", "status": "succeeded", "log": "Migrated 3 tables; 1,204,332 rows copied; 0 errors",
+     "region": "eu-central-1", "build": "20261201.4"},
+    {"id": "dep_1046", "status": "queued", "log": "Waiting for runner ci-runner-3 (position 2 in queue)",
+     "image": "registry.ci.example.dev/web:2.3.2-rc.1"},
+    {"id": "dep_1047", "status": "succeeded", "log": "Connected to redis://127.0.0.1:6379/0 and postgresql://db.internal:5432/app",
+     "note": "Cache warmed: 12 000 keys"},
+    {"id": "dep_1048", "status": "failed", "log": "Error: ENOENT: no such file or directory, open '/srv/app/.env.production'",
+     "exit_code": "1"},
+    {"id": "dep_1049", "status": "succeeded", "log": "Bereitstellung abgeschlossen: 4 von 4 Instanzen laufen.",
+     "changelog": "[Release notes](https://ci.example.dev/releases/v2.3.2)"},
+    {"id": "dep_1050", "status": "succeeded", "log": "デプロイが完了しました（所要時間 1分12秒）",
+     "artifact": "web-2.3.2.tar.gz (48.2 MB, md5 d41d8cd98f00b204e9800998ecf8427e)"},
+    {"id": "dep_1051", "status": "succeeded", "log": "Развёртывание завершено, ошибок нет.",
+     "canary": "5 % of traffic for 10 min, error rate 0.02 %"},
+    {"id": "dep_1052", "status": "succeeded", "log": "部署完成，耗时 72 秒。",
+     "config": "replicas=4 cpu=500m memory=512Mi"},
+    {"id": "dep_1053", "status": "succeeded", "log": "Ignoring 2 optional dependencies (fsevents, esbuild-windows-64)",
+     "cache": "restored 1.2 GB from cache key node-modules-9f8e7d6c"},
+    {"id": "dep_1054", "status": "succeeded", "log": "Terraform: 3 to add, 1 to change, 0 to destroy.",
+     "plan": "tfplan-20261201-0910.bin", "run_url": "<https://ci.example.dev/runs/1054>"},
+    {"id": "dep_1055", "status": "succeeded", "log": "Rotated TLS certificate for api.example.com (expires 2027-03-01)",
+     "fingerprint": "SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"},
+]  # fmt: skip
+
+RECORDS: dict[str, list[dict[str, Any]]] = {
+    "invoice": INVOICES,
+    "email": EMAILS,
+    "ticket": TICKETS,
+    "deploy": DEPLOYS,
+}
