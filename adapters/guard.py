@@ -151,9 +151,7 @@ def _hosts(adapter: Adapter[Any]) -> frozenset[str]:
 
 def cleaned_success(adapter: Adapter[Any], envelope: AnySuccess) -> tuple[AnySuccess, Redactions]:
     """The success with its result through the adapter's result model and cleaned."""
-    result, found = clean_result(
-        envelope.result, adapter.result_model, hosts=_hosts(adapter)
-    )
+    result, found = clean_result(envelope.result, adapter.result_model, hosts=_hosts(adapter))
     _log_redactions(adapter, found, "success result")
     if not found and result == envelope.result:
         return envelope, found

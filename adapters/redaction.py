@@ -132,7 +132,8 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     _p(
         "password_in_text",
         r"(?:\u043f\u0430\u0440\u043e\u043b\u044c|\u5bc6\u7801|\u53e3\u4ee4"
-        r"|\u30d1\u30b9\u30ef\u30fc\u30c9|\u0643\u0644\u0645\u0629 \u0627\u0644\u0645\u0631\u0648\u0631)"
+        r"|\u30d1\u30b9\u30ef\u30fc\u30c9"
+        r"|\u0643\u0644\u0645\u0629 \u0627\u0644\u0645\u0631\u0648\u0631)"
         r"\s*[:=\uff1a]?\s*[^\s<>'\",;\u3001\u3002]{3,64}",
     ),
     _p("ssn", r"\b\d{3}-\d{2}-\d{4}\b"),
@@ -165,7 +166,9 @@ _ASCII_SECRET_PATTERNS: Final = tuple(_ascii_only(secret.pattern) for secret in 
 _CARD_CANDIDATE: Final = re.compile(r"(?<![\w.\-])\d(?:[ \-]?\d){12,}(?![\w]|[.,]\d|-\w)")
 _UUID_DIGITS: Final = re.compile(r"\d{8}-\d{4}-\d{4}-\d{4}-\d{12}")
 # Not right after "/": "logo@2x.png" in a URL's path is a file name.
-_EMAIL: Final = re.compile(r"(?<![/A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+_EMAIL: Final = re.compile(
+    r"(?<![/A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}"
+)
 
 
 def luhn_valid(digits: str) -> bool:

@@ -105,9 +105,7 @@ _VOID: Final = re.compile(
     re.IGNORECASE,
 )
 _TAG: Final = re.compile(r"<([A-Za-z][A-Za-z0-9:\-]*)(\s[^<>]*?)?(/?)>")
-_ATTRIBUTE: Final = re.compile(
-    r"""\s+([^\s=/>"']+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>"']+))?"""
-)
+_ATTRIBUTE: Final = re.compile(r"""\s+([^\s=/>"']+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>"']+))?""")
 _URL_ATTRIBUTES: Final = frozenset(
     {"href", "src", "action", "formaction", "background", "poster", "data", "xlink:href",
      "srcset", "lowsrc", "dynsrc", "ping", "cite", "longdesc", "manifest", "codebase"}
@@ -209,9 +207,7 @@ _LOOK_ALIKE: Final = str.maketrans(
     "аеорсухіјѕԁһӏԛԝвкмнтАВЕКМНОРСТХІЈЅԜԚ"  # Cyrillic
     "αβεικνορτυχωΑΒΕΖΗΙΚΜΝΟΡΤΥΧ"  # Greek
     "ɑɡɩɪʏᴀᴄᴅᴇᴊᴋᴍᴏᴘᴛᴜᴠᴡᴢ",  # Latin extensions and small capitals
-    "aeopcyxijsdhlqwbkmhtABEKMHOPCTXIJSWQ"
-    "abeiknoptuxwABEZHIKMNOPTYX"
-    "agiiyacdejkmoptuvwz",
+    "aeopcyxijsdhlqwbkmhtABEKMHOPCTXIJSWQabeiknoptuxwABEZHIKMNOPTYXagiiyacdejkmoptuvwz",
 )
 _LEET: Final = str.maketrans("013457@$!|", "oieastasil")
 _LEET_WORD: Final = re.compile(r"[\w@$!|]*[0-9@$!|][\w@$!|]*")

@@ -16,8 +16,8 @@ from tests.support.adapters.hostile_corpus import CORPUS, Sample
 from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.guard import call_adapter
-from toolsafe.adapters.untrusted import Neutralised, normalise
 from toolsafe.adapters.results import MARK_INSTRUCTIONS, MAX_RESULT_TEXT
+from toolsafe.adapters.untrusted import Neutralised, normalise
 
 HIDDEN: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 

@@ -54,8 +54,12 @@ def leaks() -> dict[str, list[Leak]]:
             else:
                 # A marker's own words ("[REMOVED:instructions]") are no leak.
                 rest = _MARKER.sub("", str(note))
-                wanted = {n for needle in needles for n in (needle, unicodedata.normalize("NFKC", needle))}
-                leaked = any(needle in rest or needle in _MARKER.sub("", shown) for needle in wanted)
+                wanted = {
+                    n for needle in needles for n in (needle, unicodedata.normalize("NFKC", needle))
+                }
+                leaked = any(
+                    needle in rest or needle in _MARKER.sub("", shown) for needle in wanted
+                )
             if leaked:
                 found[category].append(Leak(category, text, str(note)))
     return found
@@ -82,7 +86,11 @@ def benign_altered() -> tuple[list[tuple[str, str, str]], int]:
             before = dict(_strings(record, f"{kind}[{index}]"))
             after = dict(_strings(cleaned, f"{kind}[{index}]"))
             total += len(before)
-            altered += [(path, text, after.get(path, "<dropped>")) for path, text in before.items() if after.get(path) != text]
+            altered += [
+                (path, text, after.get(path, "<dropped>"))
+                for path, text in before.items()
+                if after.get(path) != text
+            ]
     return altered, total
 
 
@@ -101,4 +109,3 @@ def main() -> None:
           f"({100 * len(altered) / fields:.2f} %)")  # fmt: skip
     for path, before, after in altered:
         print(f"    altered {path}: {before!r} -> {after!r}")
-

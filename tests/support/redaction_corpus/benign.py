@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 # What the tools declare: the billing service, its CDN, the ticket desk, the CI.
-DECLARED_HOSTS = ("billing.example.com", "cdn.example-assets.net", "desk.example.org", "ci.example.dev")
+DECLARED_HOSTS = (
+    "billing.example.com",
+    "cdn.example-assets.net",
+    "desk.example.org",
+    "ci.example.dev",
+)
 
 INVOICES: list[dict[str, Any]] = [
     {"id": "inv_2026_000184", "number": "RE-2026-0042", "status": "paid", "amount_cents": 12990,

@@ -12,7 +12,8 @@ from toolsafe.adapters.redaction import RedactingFilter, redact
 
 READABLE = [
     "Task toolsafe.execute[5c1e7a3b-1234-4f0e-9d21-0123456789ab] succeeded in 0.0123456789s: None",
-    "Task toolsafe.execute[12345678-1234-1234-1234-123456789012] succeeded in 0.004056789012345671s: None",
+    "Task toolsafe.execute[12345678-1234-1234-1234-123456789012] succeeded in "
+    "0.004056789012345671s: None",
     "Task toolsafe.verify[87654321-4321-4321-4321-210987654321] received",
     "consumer: Cannot connect to redis://127.0.0.1:6379/0: Error 111 connecting to "
     "127.0.0.1:6379. Connection refused.",
