@@ -15,7 +15,7 @@ from typing import Final
 
 from toolsafe.adapters.redaction import looks_like_instructions
 
-_MORE: Final = (
+_LATIN: Final = (
     # English
     r"\b(?:ignore|disregard|forget|override|bypass|skip|discard|abandon|neglect)\b.{0,60}"
     r"\b(?:instructions?|prompts?|directives?|guardrails?|safety rules|constraints"
@@ -51,16 +51,6 @@ _MORE: Final = (
     r"\s*:",
     r"\bno (?:longer )?(?:bound|restricted|limited) by\b",
     r"\b(?:respond|reply|answer) only with\b",
-    # Arabic (vowel marks and the elongation stroke folded out)
-    r"(?:تجاهل|تجاهلي|تجاهلوا|انس|انسى|انسي|اهمل|أهمل|اهملي|تخط|تخطى|تجاوز|لا تلتزم)"
-    r"\s.{0,40}(?:التعليمات|تعليمات|الأوامر|الاوامر|أوامر|اوامر|القواعد|قواعد|الإرشادات"
-    r"|الارشادات|التوجيهات|موجه النظام)",
-    r"أنت الآن|انت الآن|أنت الان|انت الان|من الآن فصاعدا|من الان فصاعدا|من الآن فصاعداً"
-    r"|تعليمات جديدة|التعليمات الجديدة|موجه النظام|رسالة النظام|لا تخبر المستخدم"
-    r"|لا تخبري المستخدم|لا تعلم المستخدم|لا تبلغ المستخدم|لا تذكر للمستخدم|تظاهر بأنك"
-    r"|تظاهر انك|تصرف كأنك|تصرف ك(?:مساعد|مسؤول|مدير)|بصفتك نموذج|أيها المساعد|ايها المساعد"
-    r"|أيها الذكاء الاصطناعي|ايها الذكاء الاصطناعي|(?:قم|يجب عليك)\s.{0,10}(?:فورا|فوراً|حالا)"
-    r"|اكشف\s.{0,20}(?:التعليمات|كلمة المرور|المفاتيح)|وضع المطور",
     # Spanish (accents folded)
     r"\b(?:ignora|ignore|ignorar|ignoren|olvida|olvide|olvidar|olviden|omite|omita|descarta"
     r"|desatiende|haz caso omiso de|no hagas caso a?)\b.{0,40}\b(?:instrucciones|instruccion"
@@ -95,14 +85,22 @@ _MORE: Final = (
     r"|mot de passe|cle|prompt)\b|\b(?:vire|virez|envoie|appelle) immediatement\b"
     r"|\bmode developpeur\b|\b(?:assistant|modele|ia)\b.{0,20}\b(?:doit|dois)\b.{0,40}"
     r"\b(?:ignorer|virer|envoyer|appeler|reveler|approuver)\b",
-    # Japanese
-    r"(?:指示|命令|ルール|指令|プロンプト|制約|ガイドライン).{0,12}(?:無視|忘れ|破棄|従わ)"
-    r"|(?:無視|忘れ).{0,12}(?:指示|命令|プロンプト|ルール)|あなたは(?:今から|これから|今|もう)"
-    r"|(?:今から|これから)(?:あなた|君|お前)は|新しい指示|新たな指示|システムプロンプト"
-    r"|システムメッセージ|ユーザーに(?:は)?(?:言わ|伝え|知らせ|教え|報告し)な|ユーザーには黙"
-    r"|直ちに.{0,10}(?:送金|振り込|振込|実行|呼び出)|すぐに.{0,6}(?:送金|振り込|振込)"
-    r"|(?:として|のように)(?:振る舞|ふるま|行動し)|開発者モード|制限を解除|制限なし"
-    r"|(?:アシスタント|AI|ai|モデル)(?:は|が).{0,20}(?:しなければ|すること|せよ|しろ)",
+)
+
+_ARABIC: Final = (
+    # Arabic (vowel marks and the elongation stroke folded out)
+    r"(?:تجاهل|تجاهلي|تجاهلوا|انس|انسى|انسي|اهمل|أهمل|اهملي|تخط|تخطى|تجاوز|لا تلتزم)"
+    r"\s.{0,40}(?:التعليمات|تعليمات|الأوامر|الاوامر|أوامر|اوامر|القواعد|قواعد|الإرشادات"
+    r"|الارشادات|التوجيهات|موجه النظام)",
+    r"أنت الآن|انت الآن|أنت الان|انت الان|من الآن فصاعدا|من الان فصاعدا|من الآن فصاعداً"
+    r"|تعليمات جديدة|التعليمات الجديدة|موجه النظام|رسالة النظام|لا تخبر المستخدم"
+    r"|لا تخبري المستخدم|لا تعلم المستخدم|لا تبلغ المستخدم|لا تذكر للمستخدم|تظاهر بأنك"
+    r"|تظاهر انك|تصرف كأنك|تصرف ك(?:مساعد|مسؤول|مدير)|بصفتك نموذج|أيها المساعد|ايها المساعد"
+    r"|أيها الذكاء الاصطناعي|ايها الذكاء الاصطناعي|(?:قم|يجب عليك)\s.{0,10}(?:فورا|فوراً|حالا)"
+    r"|اكشف\s.{0,20}(?:التعليمات|كلمة المرور|المفاتيح)|وضع المطور",
+)
+
+_CYRILLIC: Final = (
     # Russian
     r"(?:игнорируй|игнорируйте|проигнорируй|проигнорируйте|забудь|забудьте"
     r"|не обращай внимания на|не обращайте внимания на|отбрось|отбросьте|пренебреги"
@@ -114,6 +112,17 @@ _MORE: Final = (
     r"|вызови|отправь|выполни|перечисли)|раскрой.{0,30}(?:инструкц|пароль|ключ|промпт)"
     r"|(?:ассистент|модель|ии)\s.{0,20}(?:должен|должна|обязан).{0,40}(?:переве|отправ|вызв"
     r"|раскр|игнор|одобр)",
+)
+
+_CJK: Final = (
+    # Japanese
+    r"(?:指示|命令|ルール|指令|プロンプト|制約|ガイドライン).{0,12}(?:無視|忘れ|破棄|従わ)"
+    r"|(?:無視|忘れ).{0,12}(?:指示|命令|プロンプト|ルール)|あなたは(?:今から|これから|今|もう)"
+    r"|(?:今から|これから)(?:あなた|君|お前)は|新しい指示|新たな指示|システムプロンプト"
+    r"|システムメッセージ|ユーザーに(?:は)?(?:言わ|伝え|知らせ|教え|報告し)な|ユーザーには黙"
+    r"|直ちに.{0,10}(?:送金|振り込|振込|実行|呼び出)|すぐに.{0,6}(?:送金|振り込|振込)"
+    r"|(?:として|のように)(?:振る舞|ふるま|行動し)|開発者モード|制限を解除|制限なし"
+    r"|(?:アシスタント|AI|ai|モデル)(?:は|が).{0,20}(?:しなければ|すること|せよ|しろ)",
     # Chinese (simplified and traditional)
     r"(?:忽略|无视|無視|忽视|忽視|不要理会|不要理會|忘记|忘記|跳过|跳過|不要遵守|不要遵循)"
     r".{0,12}(?:指令|指示|说明|說明|提示|规则|規則|要求|设定|設定|命令|约束|約束)",
@@ -125,7 +134,21 @@ _MORE: Final = (
     r"(?:转账|轉賬|忽略|调用|調用|发送|發送|批准)",
 )
 
-_ANY_MORE: Final = re.compile("|".join(f"(?:{pattern})" for pattern in _MORE), re.IGNORECASE)
+
+
+def _one_of(patterns: tuple[str, ...], flags: int = 0) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns), re.IGNORECASE | flags)
+
+
+# One regex per script, each run only on text that holds that script; the Latin one in
+# its ASCII-only form on ASCII text (the same answers there, in about half the time).
+_LATIN_ANY: Final = _one_of(_LATIN)
+_LATIN_ASCII: Final = _one_of(_LATIN, re.ASCII)
+_BY_SCRIPT: Final = (
+    (re.compile("[\u0600-\u06ff]"), _one_of(_ARABIC)),
+    (re.compile("[\u0400-\u04ff]"), _one_of(_CYRILLIC)),
+    (re.compile("[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]"), _one_of(_CJK)),
+)
 
 # Letters only, run together: "I g n o r e a l l p r e v i o u s" and look-alikes split
 # by punctuation read the same.
@@ -141,6 +164,11 @@ def addresses_a_model(view: str) -> bool:
     if looks_like_instructions(view):
         return True
     folded = view.casefold()
-    if _ANY_MORE.search(folded):
+    if folded.isascii():
+        if _LATIN_ASCII.search(folded):
+            return True
+    elif _LATIN_ANY.search(folded) or any(
+        script.search(folded) and patterns.search(folded) for script, patterns in _BY_SCRIPT
+    ):
         return True
     return len(folded) >= 20 and _COMPACT.search(_LETTERS.sub("", folded)) is not None

@@ -211,6 +211,9 @@ _LOOK_ALIKE: Final = str.maketrans(
 )
 _LEET: Final = str.maketrans("013457@$!|", "oieastasil")
 _LEET_WORD: Final = re.compile(r"[\w@$!|]*[0-9@$!|][\w@$!|]*")
+# A digit or sign written inside a word or at its start ("1gn0re", "d1sr3gard"); ids and
+# amounts ("inv_000123", "95.00", "v2.3.1") are not leetspeak and need no reading.
+_LEET_HINT: Final = re.compile(r"(?i)[a-z][0134579@$][a-z]|\b[0134579@$][a-z]{2}")
 _SPACED: Final = re.compile(r"(?<!\S)(?:\w[ .\-_*·]){3,}\w(?!\S)")
 _BASE64: Final = re.compile(r"[A-Za-z0-9+/_\-]{16,}={0,2}")
 _ACCENTS_OR_ELONGATION: Final = re.compile("[\u0640]")
@@ -277,7 +280,7 @@ def views(text: str, depth: int = 0) -> Iterator[tuple[str, str]]:
             folded = _folded(plain)
             read += [folded, folded.translate(_LOOK_ALIKE)]
         mapped = read[-1]
-        if _LEET_WORD.search(mapped):
+        if _LEET_HINT.search(mapped):
             read.append(_LEET_WORD.sub(lambda m: m.group().translate(_LEET), mapped))
         read.append(_unspaced(read[-1]))
         for candidate in read:
