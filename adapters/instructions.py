@@ -135,7 +135,6 @@ _CJK: Final = (
 )
 
 
-
 def _one_of(patterns: tuple[str, ...], flags: int = 0) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{pattern})" for pattern in patterns), re.IGNORECASE | flags)
 
