@@ -24,6 +24,14 @@ MAX_LOG_LINE: Final = 2_000
 _DROP_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 
 
+# ANSI escape sequences whole (CSI, OSC, DCS/SOS/PM/APC, charset designations and other
+# nF/Fp/Fe ones, 8-bit CSI).
+ANSI_SEQUENCE: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]"
+)
+
+
 def clean_text(text: str, limit: int = MAX_SCAN) -> str:
     """NFKC-normalised (folds full-width and other compatibility look-alikes), invisible
     and control characters removed, whitespace collapsed, at most ``limit`` characters."""
@@ -346,6 +354,9 @@ def looks_like_instructions(text: str) -> bool:
 def safe_text(text: str, limit: int = MAX_DETAIL_STRING) -> str:
     """Upstream or user text made fit to show: cleaned, secrets redacted, instructions
     removed, capped. Still never a source of agent_message or user_message."""
+    if "\x1b" in text or "\x9b" in text:
+        # The sequence whole: dropping ESC alone would leave "[31m" behind.
+        text = ANSI_SEQUENCE.sub("", text)
     cleaned = clean_text(text)
     if looks_like_instructions(cleaned):
         return "[REMOVED:instructions]"

@@ -19,14 +19,8 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from toolsafe.adapters.instructions import addresses_a_model
-from toolsafe.adapters.redaction import clean_text, find_secrets
+from toolsafe.adapters.redaction import ANSI_SEQUENCE, clean_text, find_secrets
 
-# ANSI escape sequences whole (CSI, OSC, DCS/SOS/PM/APC, two-character ones, 8-bit CSI):
-# dropping ESC alone would leave "[31m" behind.
-_ANSI: Final = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]"
-)
 # Characters that render as nothing yet are letters or marks, so the category rule of
 # ``clean_text`` keeps them: variation selectors, the combining grapheme joiner, Hangul
 # and Khmer fillers, the Mongolian selectors, the blank Braille pattern.
@@ -59,7 +53,7 @@ def normalise(text: str, limit: int) -> str:
         return clean_text(text, limit)
     text = text[: limit * 2]
     if "\x1b" in text or "\x9b" in text:
-        text = _ANSI.sub("", text)
+        text = ANSI_SEQUENCE.sub("", text)
     text = _INVISIBLE.sub("", unicodedata.normalize("NFC", text))
     kept = []
     for char in text:

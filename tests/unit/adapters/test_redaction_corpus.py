@@ -4,11 +4,19 @@ prints and ``docs/redaction.md`` reports)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import ClassVar
+
 import pytest
+from pydantic import BaseModel
 
 from tests.support.redaction_corpus import benign_altered, leaks
 from tests.support.redaction_corpus.benign import DECLARED_HOSTS, RECORDS
 from tests.support.redaction_corpus.hostile import CATEGORIES
+from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.guard import call_adapter_recorded
+from toolsafe.adapters.protocol import Adapter, CallContext
+from toolsafe.adapters.redaction import safe_text
 from toolsafe.adapters.results import clean_result
 
 LEAKS = leaks()
@@ -52,3 +60,47 @@ def test_a_hidden_instruction_in_a_comment_goes_and_the_text_stays() -> None:
 def test_legitimate_text_of_other_scripts_keeps_its_punctuation() -> None:
     text = "感谢您的惠顾，请于30天内付款。Счёт № 55"
     assert clean_result({"id": "r", "note": text}) == ({"id": "r", "note": text}, ())
+
+
+class _NoInput(BaseModel):
+    pass
+
+
+class _LinkingAdapter(Adapter[_NoInput]):
+    tool: ClassVar[str] = "linking"
+    writes: ClassVar[bool] = False
+    input_model: ClassVar[type[BaseModel]] = _NoInput
+    result_hosts: ClassVar[frozenset[str]] = frozenset({"Billing.Example.com"})
+
+    def execute(
+        self, data: _NoInput, operation_ref: str, context: CallContext
+    ) -> AnySuccess | ToolError:
+        return ToolSuccess(
+            operation_ref=operation_ref,
+            result={
+                "note": "[pdf](https://billing.example.com/1.pdf) ![x](https://evil.example/x)"
+            },
+            verification=Verification(checked_at=datetime.now(UTC)),
+        )
+
+
+class _RunTimeHosts(_LinkingAdapter):
+    def link_hosts(self) -> frozenset[str]:
+        return frozenset({"evil.example"})
+
+
+def test_the_guard_keeps_links_to_the_hosts_an_adapter_declares() -> None:
+    envelope, found = call_adapter_recorded(_LinkingAdapter(), {}, "links/1")
+    assert isinstance(envelope, ToolSuccess)
+    assert envelope.result == {"note": "[pdf](https://billing.example.com/1.pdf) [REMOVED:image]"}
+    assert [(r.path, r.kind) for r in found] == [("result.note", "image")]
+    # An override says the hosts known at run time, in place of the class's.
+    envelope, found = call_adapter_recorded(_RunTimeHosts(), {}, "links/2")
+    assert isinstance(envelope, ToolSuccess)
+    assert envelope.result == {"note": "pdf ![x](https://evil.example/x)"}
+    assert [r.kind for r in found] == ["link"]
+
+
+def test_a_function_adapters_text_loses_an_ansi_sequence_whole() -> None:
+    # ``safe_text`` is what function adapters pass their strings through first.
+    assert safe_text("\x1b[31mEUR\x1b[0m 42") == "EUR 42"
