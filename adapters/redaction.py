@@ -167,6 +167,23 @@ def _plain_ascii(text: str) -> bool:
 
 _ASCII_SECRET_PATTERNS: Final = tuple(_ascii_only(secret.pattern) for secret in SECRET_PATTERNS)
 
+
+def _scoped(secret: SecretPattern) -> str:
+    """The pattern with its flags inside it, fit to be one branch of a larger regex."""
+    source = secret.pattern.pattern
+    if source.startswith("(?i)"):
+        source = f"(?i:{source[4:]})"
+    if secret.pattern.flags & re.DOTALL:
+        source = f"(?s:{source})"
+    return f"(?:{source})"
+
+
+# Whether any pattern matches at all, in one scan: most text holds no secret, and one
+# search costs less than a substitution per pattern. When it finds nothing, no pattern
+# would have changed the text.
+_ANY_SECRET: Final = re.compile("|".join(_scoped(secret) for secret in SECRET_PATTERNS))
+_ANY_SECRET_ASCII: Final = _ascii_only(_ANY_SECRET)
+
 # A run of digits (single spaces or dashes between them) that stands on its own: not
 # after a letter, digit, "_", "." or "-" (an id, a decimal's fraction, a uuid's group),
 # not before a letter, digit or "_", a decimal point and a digit, or a dash and more of
@@ -263,14 +280,14 @@ def redact(
     """``text`` with every secret replaced by ``[REDACTED:<kind>]``; e-mail addresses in
     ``allowed_emails``, or on a domain of ``allowed_domains`` (or a subdomain), stay."""
     text = text[:MAX_SCAN]
-    patterns = (
-        _ASCII_SECRET_PATTERNS
-        if _plain_ascii(text)
-        else tuple(secret.pattern for secret in SECRET_PATTERNS)
-    )
-    for secret, pattern in zip(SECRET_PATTERNS, patterns, strict=True):
-        # A replacement is ASCII too: the text stays plain ASCII for the next pattern.
-        text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
+    plain = _plain_ascii(text)
+    if (_ANY_SECRET_ASCII if plain else _ANY_SECRET).search(text) is not None:
+        patterns = (
+            _ASCII_SECRET_PATTERNS if plain else tuple(secret.pattern for secret in SECRET_PATTERNS)
+        )
+        for secret, pattern in zip(SECRET_PATTERNS, patterns, strict=True):
+            # A replacement is ASCII too: the text stays plain ASCII for the next pattern.
+            text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
     for start, end in reversed(_card_spans(text)):
         text = f"{text[:start]}[REDACTED:card_number]{text[end:]}"
     for start, end in reversed(_iban_spans(text)):
