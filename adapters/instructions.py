@@ -13,7 +13,38 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from toolsafe.adapters.redaction import looks_like_instructions
+from toolsafe.adapters.redaction import _INSTRUCTION_PATTERNS, clean_text
+
+# The error path's patterns (``redaction.looks_like_instructions``), four of them narrowed
+# for success text, where a false hit withholds a field of a legitimate answer: "please
+# ignore the previous reminder", "you are now subscribed", "act as soon as possible",
+# "扮演重要角色" (plays an important role). The error path keeps them as they are.
+_NARROWED: Final = {
+    r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}\b(?:instruction|prompt|rule"
+    r"|guideline|polic|previous|prior|above|earlier|system)": (
+        r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}\b(?:instruction|prompt|rule"
+        r"|guideline|polic|system|(?:previous|prior|above|earlier)\b(?!\s+(?:reminders?"
+        r"|e-?mails?|messages?|invoices?|letters?|notices?|mails?|bills?|statements?|orders?"
+        r"|versions?|notes?|payments?|requests?|tickets?|replies|reply|quotes?|offers?)))"
+    ),
+    r"\byou are (?:now|no longer)\b": (
+        r"\byou are (?:now|no longer)\b(?!\s+(?:subscribed|unsubscribed|registered|signed"
+        r"|logged|enrolled|connected|following|verified|eligible|able|ready|all set|set up"
+        r"|booked|checked|on the|in the (?:queue|list|waiting)|a (?:member|subscriber"
+        r"|customer|premium|verified)|part of|receiving|opted))"
+    ),
+    r"\b(?:act|behave) as\b": (
+        r"\b(?:act|behave) as\b(?!\s+(?:soon|quickly|fast|needed|required|usual|expected"
+        r"|normal|follows|agreed|instructed by (?:your|the) (?:bank|manager)))"
+    ),
+    r"你现在是|从现在开始你|系统提示|不要告诉用户|新的指令|扮演|请立即(?:执行|调用|转账)": (
+        r"你现在是|从现在开始你|系统提示|不要告诉用户|新的指令"
+        r"|扮演(?:一个|一名|一位|成|我的|系统|管理员|角色扮演)|请立即(?:执行|调用|转账)"
+    ),
+}
+_BASE: Final = tuple(_NARROWED.get(p.pattern, p.pattern) for p in _INSTRUCTION_PATTERNS)
+_BASE_ANY: Final = re.compile("|".join(f"(?:{pattern})" for pattern in _BASE), re.IGNORECASE)
+_BASE_ASCII: Final = re.compile(_BASE_ANY.pattern, re.IGNORECASE | re.ASCII)
 
 _LATIN: Final = (
     # English
@@ -24,7 +55,7 @@ _LATIN: Final = (
     r"|always|never)\b",
     r"\byour (?:new |real |true |actual )?(?:task|job|goal|role|instructions?|objective"
     r"|mission) (?:is|are|now)\b",
-    r"\b(?:assistant|ai|model|llm|chatbot|claude|gpt|chatgpt|copilot)s?\b.{0,30}"
+    r"\b(?:assistant|ai|llm|chatbot|claude|gpt|chatgpt|copilot)s?\b.{0,30}"
     r"\b(?:must|should|shall|needs? to|has to|is required to|is instructed to)\b.{0,50}"
     r"\b(?:ignore|call|invoke|send|transfer|reveal|output|print|forward|delete|approve"
     r"|execute|run|wire|refund|email|grant|disable|say|tell|reply|respond)\b",
@@ -160,14 +191,14 @@ _LETTERS: Final = re.compile(r"[^a-z]")
 
 def addresses_a_model(view: str) -> bool:
     """Whether ``view`` reads like an attempt to instruct a model."""
-    if looks_like_instructions(view):
-        return True
-    folded = view.casefold()
+    folded = clean_text(view).casefold()
     if folded.isascii():
-        if _LATIN_ASCII.search(folded):
+        if _BASE_ASCII.search(folded) or _LATIN_ASCII.search(folded):
             return True
-    elif _LATIN_ANY.search(folded) or any(
-        script.search(folded) and patterns.search(folded) for script, patterns in _BY_SCRIPT
+    elif (
+        _BASE_ANY.search(folded)
+        or _LATIN_ANY.search(folded)
+        or any(script.search(folded) and patterns.search(folded) for script, patterns in _BY_SCRIPT)
     ):
         return True
     return len(folded) >= 20 and _COMPACT.search(_LETTERS.sub("", folded)) is not None

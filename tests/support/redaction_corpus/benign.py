@@ -82,6 +82,12 @@ EMAILS: list[dict[str, Any]] = [
      "snippet": "As discussed, the new rate applies from 1 January. See [the terms](https://billing.example.com/terms#renewal)."},
     {"id": "msg_12", "subject": "Newsletter — December", "status": "scheduled",
      "snippet": "Read the highlights ![banner](https://cdn.example-assets.net/news/2026-12.png)"},
+    {"id": "msg_14", "subject": "Reminder sent in error", "status": "sent",
+     "snippet": "Please ignore the previous reminder, it was sent in error. Your account is fine."},
+    {"id": "msg_15", "subject": "Subscription confirmed", "status": "sent",
+     "snippet": "You are now subscribed to the December newsletter. Act as soon as possible to keep the early-bird price."},
+    {"id": "msg_16", "subject": "产品说明", "status": "sent",
+     "snippet": "这款适配器在整个系统中扮演重要角色，请勿自行拆卸。"},
     {"id": "msg_13", "subject": "Your order is on its way", "status": "sent",
      "snippet": "Track it with DHL: JJD000390007780653120 (arrives Thu 3 Dec, 10:00–14:00)."},
 ]  # fmt: skip
@@ -114,6 +120,10 @@ TICKETS: list[dict[str, Any]] = [
      "body": "Customer was charged twice (txn 7730-2291-0041 and 7730-2291-0042); refunded 49.99 USD."},
     {"id": "TCK-48225", "status": "open", "title": "Wrong VAT rate",
      "body": "Invoices for AT customers show 19 % instead of 20 %. Affects orders since 2026-11-01."},
+    {"id": "TCK-48227", "status": "open", "title": "Installation question",
+     "body": "The model X200 must be run at 220 V; the manual for the previous version says 110 V."},
+    {"id": "TCK-48228", "status": "open", "title": "API returns 401",
+     "body": "Bearer authentication fails for the reporting service account since this morning."},
     {"id": "TCK-48226", "status": "open", "title": "Bug in the rules engine",
      "body": "The discount rules are applied in the wrong order; please check the previous release notes."},
 ]  # fmt: skip

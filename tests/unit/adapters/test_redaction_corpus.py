@@ -15,8 +15,9 @@ from tests.support.redaction_corpus.benign import DECLARED_HOSTS, RECORDS
 from tests.support.redaction_corpus.hostile import CATEGORIES
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.guard import call_adapter_recorded
+from toolsafe.adapters.instructions import _NARROWED
 from toolsafe.adapters.protocol import Adapter, CallContext
-from toolsafe.adapters.redaction import safe_text
+from toolsafe.adapters.redaction import _INSTRUCTION_PATTERNS, safe_text
 from toolsafe.adapters.results import clean_result
 
 LEAKS = leaks()
@@ -104,3 +105,8 @@ def test_the_guard_keeps_links_to_the_hosts_an_adapter_declares() -> None:
 def test_a_function_adapters_text_loses_an_ansi_sequence_whole() -> None:
     # ``safe_text`` is what function adapters pass their strings through first.
     assert safe_text("\x1b[31mEUR\x1b[0m 42") == "EUR 42"
+
+
+def test_the_narrowed_patterns_replace_patterns_the_error_path_has() -> None:
+    # A narrowed pattern whose original changed would silently stop narrowing anything.
+    assert set(_NARROWED) <= {pattern.pattern for pattern in _INSTRUCTION_PATTERNS}
