@@ -136,9 +136,22 @@ def _log_redactions(adapter: Adapter[Any], found: Redactions, what: str) -> None
         )
 
 
+def _hosts(adapter: Adapter[Any]) -> frozenset[str]:
+    try:
+        return frozenset(adapter.link_hosts())
+    except Exception as error:
+        # A broken override declares nothing: every link is neutralised.
+        log.error(
+            "link_hosts raised %s",
+            type(error).__name__,
+            extra={"event": "adapter_exception", "tool": adapter.tool},
+        )
+        return frozenset()
+
+
 def cleaned_success(adapter: Adapter[Any], envelope: AnySuccess) -> tuple[AnySuccess, Redactions]:
     """The success with its result through the adapter's result model and cleaned."""
-    result, found = clean_result(envelope.result, adapter.result_model)
+    result, found = clean_result(envelope.result, adapter.result_model, hosts=_hosts(adapter))
     _log_redactions(adapter, found, "success result")
     if not found and result == envelope.result:
         return envelope, found
@@ -216,7 +229,7 @@ def call_lookup_recorded(
     found = _call_lookup(adapter, operation_ref)
     if not isinstance(found, LookupFound):
         return found, ()
-    result, withheld = clean_result(found.result, adapter.result_model)
+    result, withheld = clean_result(found.result, adapter.result_model, hosts=_hosts(adapter))
     _log_redactions(adapter, withheld, "lookup result")
     return replace(found, result=result), withheld
 

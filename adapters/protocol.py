@@ -139,6 +139,10 @@ class Adapter(ABC, Generic[InputT]):
     # stored or shown (unknown keys dropped, types checked), then every string in it is
     # cleaned and scanned (``toolsafe.adapters.results``). Leave extra keys to be ignored.
     result_model: ClassVar[type[BaseModel] | None] = None
+    # Hosts (and their subdomains) a result's Markdown or HTML links and images may point
+    # at; any other target is neutralised before the result is stored. Override
+    # :meth:`link_hosts` for hosts known only at run time (the deployed base URL).
+    result_hosts: ClassVar[frozenset[str]] = frozenset()
     has_lookup: ClassVar[bool] = False
     consistency_window: ClassVar[timedelta] = timedelta(0)
 
@@ -155,6 +159,10 @@ class Adapter(ABC, Generic[InputT]):
             return inspect.cleandoc(own).split("\n\n", 1)[0].replace("\n", " ")
         kind = "a write" if cls.writes else "a read-only call"
         return f"The {cls.tool} tool ({kind}), run through toolsafe."
+
+    def link_hosts(self) -> frozenset[str]:
+        """The hosts a result's links and images may point at (``result_hosts``)."""
+        return self.result_hosts
 
     def parse_input(self, raw: Mapping[str, Any]) -> InputT:
         """The raw input as the adapter's model; raises ``ValidationError``."""

@@ -24,6 +24,14 @@ MAX_LOG_LINE: Final = 2_000
 _DROP_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 
 
+# ANSI escape sequences whole (CSI, OSC, DCS/SOS/PM/APC, charset designations and other
+# nF/Fp/Fe ones, 8-bit CSI).
+ANSI_SEQUENCE: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]|\x9b[0-?]*[ -/]*[@-~]"
+)
+
+
 def clean_text(text: str, limit: int = MAX_SCAN) -> str:
     """NFKC-normalised (folds full-width and other compatibility look-alikes), invisible
     and control characters removed, whitespace collapsed, at most ``limit`` characters."""
@@ -61,8 +69,32 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         r"(?: BLOCK)?-----|.*)",
         re.DOTALL,
     ),
-    _p("url_credentials", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*:[^\s/@]+@[^\s'\"<>]+"),
-    _p("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{8,}=*"),
+    # Only the userinfo goes: scheme, host and port stay readable ("cannot connect to
+    # redis://[REDACTED:url_credentials]@cache.internal:6379/0"). A password a library
+    # already masked (kombu's ``:**@``) is no secret and stays as it is.
+    _p(
+        "url_credentials",
+        r"(?<=[A-Za-z0-9+.\-]://)(?![^\s/@:]*:\*+@)[^\s/@:]*:[^\s/@]+(?=@[^\s'\"<>])",
+    ),
+    # The same without a scheme: Go's ``user:pass@tcp(10.0.0.5:3306)/orders``, libpq's
+    # ``user:pass@host:5432/db``, Oracle's ``scott/tiger@host:1521/ORCL``. A host with a
+    # port, a path or a protocol in parentheses tells it from an e-mail address.
+    _p(
+        "dsn_credentials",
+        r"(?<![\w.%+\-/:@\[])[A-Za-z_][\w.\-]{0,63}[:/][^\s@/:'\"<>()\[\]]{1,128}"
+        r"(?=@(?:(?:tcp|udp|unix)\(|\[?[A-Za-z0-9_.\-]+\]?(?::\d{1,5}\b|/\w)))",
+    ),
+    _p("bearer_token", r"(?i)\bbearer[\s:=]+['\"]?[A-Za-z0-9\-._~+/]{8,}=*"),
+    # SPNEGO/NTLM blobs and Digest answers, as WWW-Authenticate and Authorization carry
+    # them; a token named in prose ("the access token 9f8e7d6c5b4a3f2e1d0c expired").
+    _p("auth_scheme_token", r"(?i)\b(?:negotiate|ntlm|kerberos)\s+[A-Za-z0-9+/]{16,}={0,2}"),
+    _p("digest_auth", r"(?i)\b(?:response|cnonce|nonce|opaque)\s*=\s*\"?[A-Fa-f0-9]{16,}"),
+    _p(
+        "token_in_text",
+        r"(?i)\b(?:access|refresh|bearer|id|api|auth|session|oauth|csrf)[ _\-]?token\b"
+        r"(?:\s+(?:is|was|value|of))?\s*[=:]?\s*['\"]?(?=[A-Za-z0-9\-._~+/]*\d)"
+        r"[A-Za-z0-9\-._~+/]{12,}=*",
+    ),
     _p("basic_auth", r"(?i)\bbasic\s+[A-Za-z0-9+/]{12,}={0,2}"),
     _p("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
     _p("aws_access_key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
@@ -81,6 +113,36 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         r"(?i)(?:\b|_)(?:password|passwd|pwd|pass|secret|token|api[_\-]?key|apikey|"
         r"access[_\-]?token|client[_\-]?secret|auth|session|sig|signature)"
         r"['\"]?\s*[=:]\s*['\"]?[^\s&'\",;<>]{3,}",
+    ),
+    # camelCase names of Java, .NET and Tomcat settings as stack traces and configuration
+    # dumps print them: ``keyStorePassword=changeit``, ``keystorePass="changeit"``.
+    _p(
+        "password_field",
+        r"(?<=[a-z0-9])(?:Password|PASSWORD|Passwd|Passphrase|Pwd|Pass|Secret)"
+        r"['\"]?\s*[=:]\s*['\"]?[^\s&'\",;<>]{3,}",
+    ),
+    # XML elements (SOAP's ``<wsse:Password>``, ``<password>``, ``<ns:apiKey>``): the value.
+    _p(
+        "xml_password",
+        r"(?i)<(?:[\w\-]+:)?[\w\-]*(?:password|passwd|passphrase|secret|apikey|api_key"
+        r"|credential)s?\b[^>]{0,200}>[^<]{1,256}(?=</)",
+    ),
+    # A password named in prose, quoted or plainly of letters and digits, in the languages
+    # the instruction patterns cover: ``password 'hunter2'``, ``with password P4ssw0rd!``,
+    # ``Passwort: geheim123``.
+    _p(
+        "password_in_text",
+        r"(?i)\b(?:password|passwd|passphrase|passwort|kennwort|contrase\u00f1a|senha"
+        r"|mot de passe)\s*(?:is|was|ist|est|es|of|=|:)?\s*"
+        r"(?:['\"\u2018\u201c\u00ab][^'\"\u2019\u201d\u00bb\s]{3,64}['\"\u2019\u201d\u00bb]"
+        r"|(?=\S*\d)(?=\S*[A-Za-z])[^\s<>'\",;]{4,64})",
+    ),
+    _p(
+        "password_in_text",
+        r"(?:\u043f\u0430\u0440\u043e\u043b\u044c|\u5bc6\u7801|\u53e3\u4ee4"
+        r"|\u30d1\u30b9\u30ef\u30fc\u30c9"
+        r"|\u0643\u0644\u0645\u0629 \u0627\u0644\u0645\u0631\u0648\u0631)"
+        r"\s*[:=\uff1a]?\s*[^\s<>'\",;\u3001\u3002]{3,64}",
     ),
     _p("ssn", r"\b\d{3}-\d{2}-\d{4}\b"),
 )
@@ -105,8 +167,33 @@ def _plain_ascii(text: str) -> bool:
 
 _ASCII_SECRET_PATTERNS: Final = tuple(_ascii_only(secret.pattern) for secret in SECRET_PATTERNS)
 
-_CARD_CANDIDATE: Final = re.compile(r"(?<![\d])(?:\d[ \-]?){12,18}\d(?![\d])")
-_EMAIL: Final = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+
+def _scoped(secret: SecretPattern) -> str:
+    """The pattern with its flags inside it, fit to be one branch of a larger regex."""
+    source = secret.pattern.pattern
+    if source.startswith("(?i)"):
+        source = f"(?i:{source[4:]})"
+    if secret.pattern.flags & re.DOTALL:
+        source = f"(?s:{source})"
+    return f"(?:{source})"
+
+
+# Whether any pattern matches at all, in one scan: most text holds no secret, and one
+# search costs less than a substitution per pattern. When it finds nothing, no pattern
+# would have changed the text.
+_ANY_SECRET: Final = re.compile("|".join(_scoped(secret) for secret in SECRET_PATTERNS))
+_ANY_SECRET_ASCII: Final = _ascii_only(_ANY_SECRET)
+
+# A run of digits (single spaces or dashes between them) that stands on its own: not
+# after a letter, digit, "_", "." or "-" (an id, a decimal's fraction, a uuid's group),
+# not before a letter, digit or "_", a decimal point and a digit, or a dash and more of
+# an id. Celery's "succeeded in 0.0123456789012345s" and its task ids are no cards.
+_CARD_CANDIDATE: Final = re.compile(r"(?<![\w.\-])\d(?:[ \-]?\d){12,}(?![\w]|[.,]\d|-\w)")
+_UUID_DIGITS: Final = re.compile(r"\d{8}-\d{4}-\d{4}-\d{4}-\d{12}")
+# Not right after "/": "logo@2x.png" in a URL's path is a file name.
+_EMAIL: Final = re.compile(
+    r"(?<![/A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}"
+)
 
 
 def luhn_valid(digits: str) -> bool:
@@ -121,12 +208,37 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+def card_valid(digits: str) -> bool:
+    """13 to 19 digits, an issuer's first digit (2 to 6: Mastercard, Amex, Diners, JCB,
+    Visa, Discover, UnionPay, Maestro) and the Luhn check."""
+    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits)
+
+
+def _card_in_run(run: str) -> tuple[int, int] | None:
+    """Where in a digit run a card number stands, if one does: the whole run, or the
+    run less a short number before or after it (a quantity, an expiry, a CVC). A run of
+    more digits than that is a longer number (a reference, a uuid): no card."""
+    if _UUID_DIGITS.fullmatch(run):
+        return None
+    groups = [(match.start(), match.end()) for match in re.finditer(r"\d+", run)]
+    digits = [run[start:end] for start, end in groups]
+    total = sum(len(group) for group in digits)
+    for first in range(len(groups)):
+        for last in range(len(groups) - 1, first - 1, -1):
+            kept = "".join(digits[first : last + 1])
+            if total - len(kept) > 4:
+                break
+            if card_valid(kept):
+                return groups[first][0], groups[last][1]
+    return None
+
+
 def _card_spans(text: str) -> list[tuple[int, int]]:
     spans = []
     for match in _CARD_CANDIDATE.finditer(text):
-        digits = re.sub(r"\D", "", match.group())
-        if 13 <= len(digits) <= 19 and luhn_valid(digits):
-            spans.append(match.span())
+        found = _card_in_run(match.group())
+        if found is not None:
+            spans.append((match.start() + found[0], match.start() + found[1]))
     return spans
 
 
@@ -162,32 +274,42 @@ def _iban_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def redact(text: str, *, allowed_emails: Iterable[str] = ()) -> str:
-    """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+def redact(
+    text: str, *, allowed_emails: Iterable[str] = (), allowed_domains: Iterable[str] = ()
+) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]``; e-mail addresses in
+    ``allowed_emails``, or on a domain of ``allowed_domains`` (or a subdomain), stay."""
     text = text[:MAX_SCAN]
-    patterns = (
-        _ASCII_SECRET_PATTERNS
-        if _plain_ascii(text)
-        else tuple(secret.pattern for secret in SECRET_PATTERNS)
-    )
-    for secret, pattern in zip(SECRET_PATTERNS, patterns, strict=True):
-        # A replacement is ASCII too: the text stays plain ASCII for the next pattern.
-        text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
+    plain = _plain_ascii(text)
+    if (_ANY_SECRET_ASCII if plain else _ANY_SECRET).search(text) is not None:
+        patterns = (
+            _ASCII_SECRET_PATTERNS if plain else tuple(secret.pattern for secret in SECRET_PATTERNS)
+        )
+        for secret, pattern in zip(SECRET_PATTERNS, patterns, strict=True):
+            # A replacement is ASCII too: the text stays plain ASCII for the next pattern.
+            text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
     for start, end in reversed(_card_spans(text)):
         text = f"{text[:start]}[REDACTED:card_number]{text[end:]}"
     for start, end in reversed(_iban_spans(text)):
         text = f"{text[:start]}[REDACTED:iban]{text[end:]}"
     allowed = {address.lower() for address in allowed_emails}
+    domains = tuple(domain.lower() for domain in allowed_domains)
 
     def _email(match: re.Match[str]) -> str:
-        return match.group() if match.group().lower() in allowed else "[REDACTED:email]"
+        address = match.group().lower()
+        host = address.rpartition("@")[2]
+        if address in allowed or any(host == d or host.endswith("." + d) for d in domains):
+            return match.group()
+        return "[REDACTED:email]"
 
     return _EMAIL.sub(_email, text)
 
 
-def find_secrets(text: str, *, allowed_emails: Iterable[str] = ()) -> list[str]:
+def find_secrets(
+    text: str, *, allowed_emails: Iterable[str] = (), allowed_domains: Iterable[str] = ()
+) -> list[str]:
     """The kinds of secret found in ``text`` (empty when it is clean)."""
-    redacted = redact(text, allowed_emails=allowed_emails)
+    redacted = redact(text, allowed_emails=allowed_emails, allowed_domains=allowed_domains)
     return sorted(set(re.findall(r"\[REDACTED:([a-z_]+)\]", redacted)))
 
 
@@ -249,6 +371,9 @@ def looks_like_instructions(text: str) -> bool:
 def safe_text(text: str, limit: int = MAX_DETAIL_STRING) -> str:
     """Upstream or user text made fit to show: cleaned, secrets redacted, instructions
     removed, capped. Still never a source of agent_message or user_message."""
+    if "\x1b" in text or "\x9b" in text:
+        # The sequence whole: dropping ESC alone would leave "[31m" behind.
+        text = ANSI_SEQUENCE.sub("", text)
     cleaned = clean_text(text)
     if looks_like_instructions(cleaned):
         return "[REMOVED:instructions]"

@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from toolsafe.adapters.redaction import clean_text, find_secrets, looks_like_instructions
+from toolsafe.adapters.untrusted import Neutralised, inspect, normalise
 
 MAX_RESULT_TEXT: Final = 1_000
 """Characters kept of one string in a result."""
@@ -35,7 +37,9 @@ _HIDDEN: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 class Redaction:
     """One part of a result that was replaced or cut: where (``result.note``) and why
     (``instructions``, ``secret_jwt``, ``control_characters``, ``too_long``, ``key``,
-    ``too_large``, ``too_deep``, ``number``, ``result_model``)."""
+    ``too_large``, ``too_deep``, ``number``, ``result_model``; markup neutralised in a
+    string that stays: ``image``, ``link``, ``html_comment``, ``html_element``,
+    ``html_attribute``)."""
 
     path: str
     kind: str
@@ -44,24 +48,40 @@ class Redaction:
         return {"path": self.path, "kind": self.kind}
 
 
+def declared_hosts(hosts: Iterable[str]) -> frozenset[str]:
+    """Host names as links are checked against: lower case, no leading ``*.`` or dot."""
+    return frozenset(
+        name.strip().casefold().removeprefix("*.").strip(".") for name in hosts if name.strip()
+    )
+
+
 class _Cleaner:
-    def __init__(self) -> None:
+    def __init__(self, hosts: frozenset[str] = frozenset()) -> None:
         self.found: list[Redaction] = []
+        self.hosts = hosts
 
     def note(self, path: str, kind: str) -> None:
         if len(self.found) < MAX_REDACTIONS:
             self.found.append(Redaction(path, kind))
 
     def text(self, value: str, path: str) -> str:
-        if any(unicodedata.category(char) in _HIDDEN and char not in "\t\n" for char in value):
+        plain = value.isascii() and value.isprintable()
+        if not plain and any(
+            unicodedata.category(char) in _HIDDEN and char not in "\t\n" for char in value
+        ):
             self.note(path, "control_characters")
-        cleaned = clean_text(value, MAX_RESULT_TEXT)
+        cleaned = normalise(value, MAX_RESULT_TEXT)
         if len(value) > MAX_RESULT_TEXT * 2 or len(cleaned) >= MAX_RESULT_TEXT:
             self.note(path, "too_long")
-        if looks_like_instructions(cleaned):
+        if "<" in cleaned or "[" in cleaned:
+            neutral = Neutralised(cleaned, self.hosts)
+            for kind in neutral.kinds:
+                self.note(path, kind)
+            cleaned = neutral.text
+        instructions, secrets = inspect(cleaned, email_domains=self.hosts)
+        if instructions:
             self.note(path, "instructions")
             return MARK_INSTRUCTIONS
-        secrets = find_secrets(cleaned)
         if secrets:
             # No "secret:" here: the log filter would read that as a credential itself.
             self.note(path, "secret_" + "+".join(secrets))
@@ -97,7 +117,10 @@ class _Cleaner:
                 if (
                     not _KEY.fullmatch(name)
                     or looks_like_instructions(shown_key)
-                    or find_secrets(shown_key)
+                    # No secret shape fits in an identifier under 12 characters (the
+                    # shortest, an SSN, needs dashes and a digit first): a step's usual
+                    # keys skip the scan.
+                    or (len(name) >= 12 and find_secrets(shown_key))
                 ):
                     self.note(f"{path}.*", "key")
                     continue
@@ -115,11 +138,12 @@ class _Cleaner:
 
 
 def clean_result(
-    result: Any, model: type[BaseModel] | None = None
+    result: Any, model: type[BaseModel] | None = None, *, hosts: Iterable[str] = ()
 ) -> tuple[JsonValue, tuple[Redaction, ...]]:
     """``result`` through ``model`` (unknown keys dropped, types checked; a result that
-    does not fit becomes ``None``), then every string cleaned and scanned."""
-    cleaner = _Cleaner()
+    does not fit becomes ``None``), then every string cleaned and scanned. Markdown and
+    HTML links and images keep their target only on ``hosts`` (and their subdomains)."""
+    cleaner = _Cleaner(declared_hosts(hosts))
     if model is not None and result is not None:
         fitted = _fit(result, model, cleaner)
         if fitted is None:

@@ -16,8 +16,8 @@ from tests.support.adapters.hostile_corpus import CORPUS, Sample
 from tests.support.adapters.probe_adapters import ProbeWrite, settings
 from toolsafe.adapters.envelope import ToolError, ToolSuccess
 from toolsafe.adapters.guard import call_adapter
-from toolsafe.adapters.redaction import clean_text
 from toolsafe.adapters.results import MARK_INSTRUCTIONS, MAX_RESULT_TEXT
+from toolsafe.adapters.untrusted import Neutralised, normalise
 
 HIDDEN: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
 
@@ -111,11 +111,14 @@ def check_success(sample: Sample, position: str, result: ToolSuccess[Any]) -> No
     assert isinstance(result.result, dict), position
     note = result.result["note"]
     assert isinstance(note, str) and len(note) <= MAX_RESULT_TEXT, position
-    cleaned = clean_text(sample.text, MAX_RESULT_TEXT)
+    # Cleaned as every result string is: escapes and invisible letters out, NFKC, and
+    # markup that fetches or hides something neutralised (no host is declared here).
+    cleaned = Neutralised(normalise(sample.text, MAX_RESULT_TEXT), frozenset()).text
     shown_cleaned = sample.kind in SHOWN_CLEANED or sample.name in NO_SECRET_SHAPE
     if shown_cleaned and sample.name not in MARKED_ANYWAY:
         # Shown, but only as the cleaned text: folded, hidden characters gone, capped.
         assert note == cleaned, (position, note)
+        assert "evil.example" not in note and "phish.example" not in note, (position, note)
         if sample.kind == "control":
             assert not leaks(sample, shown, needles=hidden_needles(sample)), position
         return
