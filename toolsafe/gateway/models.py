@@ -126,9 +126,11 @@ class CallView(_Model):
 
 class ToolInfo(_Model):
     name: str
+    title: str | None = None
     description: str
     writes: bool
     has_lookup: bool
+    max_attempts: int | None = Field(None, description="the policy's limit on executions")
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] = Field(description="the envelope's JSON Schema")
 
