@@ -1,7 +1,8 @@
 """What every agent-stack integration does with one model tool call, whatever the SDK:
 submit under a stable operation_ref, wait up to a bound, and tell the model the truth.
 
-No SDK is imported here. A step ends one call in one of four ways (:class:`Turn`): with
+No SDK is imported here, and no client: every flow takes any client of the contract
+(``toolsafe.tasks.calls``), in process or over the gateway. A step ends one call in one of four ways (:class:`Turn`): with
 its envelope (terminal), asking for corrected input, waiting for a human approval, or
 still being worked on by toolsafe (queued, running, waiting to retry, verifying). The
 last is never reported as an error: the model is given ``toolsafe.agents.progress``'s
@@ -21,8 +22,7 @@ from toolsafe.agents.progress import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
-from toolsafe.tasks.async_client import AsyncClient
-from toolsafe.tasks.client import Client, WaitTimeout
+from toolsafe.tasks.calls import AsyncCalls, Calls
 from toolsafe.tasks.views import StepView
 
 DEFAULT_WAIT: Final = 30.0
@@ -159,7 +159,7 @@ def split_ref(tool: str, args: Mapping[str, Any]) -> tuple[str | None, dict[str,
 
 
 async def submit_and_settle(
-    client: AsyncClient, tool: str, args: Mapping[str, Any], ref: str, wait: float
+    client: AsyncCalls, tool: str, args: Mapping[str, Any], ref: str, wait: float
 ) -> StepView:
     """Submit (a repeat of the same ref returns the stored step, R2) and wait up to
     ``wait`` seconds for it to need the agent or end."""
@@ -170,7 +170,7 @@ async def submit_and_settle(
 
 
 async def correct(
-    client: AsyncClient, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
+    client: AsyncCalls, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
 ) -> StepView:
     """Corrected input for the step ``ref`` (the same operation_ref). A correction
     replayed after it was applied finds the step moved on and returns it as it is."""
@@ -187,15 +187,8 @@ async def correct(
 # ----------------------------------------------------------------------------- sync flow
 
 
-def settle_sync(client: Client, ref: str, wait: float) -> StepView:
-    try:
-        return client.wait(ref, timeout=wait)
-    except WaitTimeout:
-        return client.view(ref)
-
-
 def correct_sync(
-    client: Client, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
+    client: Calls, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
 ) -> StepView:
     """:func:`correct` for synchronous callers."""
     view = client.view(ref)
@@ -205,16 +198,16 @@ def correct_sync(
         view = client.provide_input(ref, new_input)
     if view.needs_agent:
         return view
-    return settle_sync(client, ref, wait)
+    return client.settle(ref, wait)
 
 
 def submit_and_settle_sync(
-    client: Client, tool: str, args: Mapping[str, Any], ref: str, wait: float
+    client: Calls, tool: str, args: Mapping[str, Any], ref: str, wait: float
 ) -> StepView:
     view = client.submit_call(tool, args, ref).view
     if view.needs_agent:
         return view
-    return settle_sync(client, ref, wait)
+    return client.settle(ref, wait)
 
 
 def refusal_output(error: Exception, ref: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
 from toolsafe.agents.refs import anthropic_ref
 from toolsafe.integrations.anthropic import tool_results, tools
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -86,12 +86,12 @@ def text(words: str) -> Reply:
 
 
 async def conversation(
-    endpoint: ScriptedMessages, client: AsyncClient, conversation_id: str, prompt: str
+    endpoint: ScriptedMessages, client: AsyncCalls, conversation_id: str, prompt: str
 ) -> None:
     """The usual Messages loop, with toolsafe's helpers between the turns."""
     model = anthropic.AsyncAnthropic(base_url=endpoint.url, api_key="unused", max_retries=0)
     history: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    offered = tools(client.client.runtime.registry)
+    offered = tools(client.catalogue())
     try:
         while True:
             message = await model.messages.create(

@@ -170,7 +170,7 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
 
     # The approver decides in another process: the run's state travels as JSON.
     saved = result.to_state().to_string()
-    decider = ToolsafeTools(processes.aio("second"), scope="oa_run_3")
+    decider = ToolsafeTools(processes.aio("second", approver=True), scope="oa_run_3")
     resumed_agent = agent_with(decider, model)
     state = asyncio.run(RunState.from_string(resumed_agent, saved))
     for item in state.get_interruptions():
@@ -186,7 +186,7 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
     assert cluster.effects(approved) == 1 and cluster.effects(rejected) == 0
     store = cluster.client.runtime.store
     decisions = {e.kind: e.detail for ref in (approved, rejected) for e in store.events(ref)}
-    assert decisions["approved"]["approver"] == "alice"
+    assert decisions["approved"]["approver"] == processes.recorded("alice")
     assert decisions["rejected"]["reason"] == "duplicate"
 
 

@@ -160,9 +160,8 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     assert requests.metadata["pa_ap1"]["operation_ref"] == approved
     assert len(script.received) == 1 and cluster.effects(approved) == 0
 
-    resumer = ToolsafeToolset(
-        processes.aio("second")
-    )  # the decision comes later, in another process
+    # The decision comes later, in another process: the approver's.
+    resumer = ToolsafeToolset(processes.aio("second", approver=True))
     results = asyncio.run(
         resumer.approval_results(
             requests,
@@ -182,7 +181,7 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     denied = [p for p in script.last_parts(1) if getattr(p, "tool_call_id", "") == "pa_ap2"]
     assert denied and '"operation_ref":"' + rejected in str(denied[0].content)
     kinds = {e.kind: e.detail for e in cluster.client.runtime.store.events(approved)}
-    assert kinds["approved"]["approver"] == "bob"
+    assert kinds["approved"]["approver"] == processes.recorded("bob")
 
 
 def test_a_step_being_verified_returns_in_progress_and_is_never_a_model_retry(
