@@ -23,6 +23,7 @@ from toolsafe.tasks.client import Client
 IN_PROCESS = "in_process"
 GATEWAY = "gateway"
 APPROVER_KEY = "approver"
+NAMESPACE = "agent-service"
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,10 @@ def door_cluster(
             yield running, Door(name)
             return
         database = running.env["TOOLSAFE_DATABASE_URL"]
-        agent = make_key(database, "agent-service", "agent")
-        operator = make_key(database, APPROVER_KEY, "operator")
+        # An agent key always has a namespace (its name); the approver's operator key
+        # works inside the same one.
+        agent = make_key(database, NAMESPACE, "agent")
+        operator = make_key(database, APPROVER_KEY, "operator", NAMESPACE)
         with gateway_for(running.env, directory) as server:
             yield running, Door(name, server.url, agent, operator)
 
@@ -101,6 +104,10 @@ class Processes:
         if name not in self._made:
             self._made[name] = Client(create_app(self.cluster.settings))
         return self._made[name]
+
+    def scoped(self, operation_ref: str) -> str:
+        """The ref the step has: over the gateway, inside the key's namespace."""
+        return f"{NAMESPACE}/{operation_ref}" if self.over_gateway else operation_ref
 
     def recorded(self, approver: str) -> str:
         """How the store records an approver the tests name: over the gateway, with the

@@ -95,12 +95,12 @@ def config(thread: str) -> RunnableConfig:
 
 
 def test_a_graph_replayed_from_its_checkpoint_does_not_resubmit(
-    cluster: Cluster, start: Callable[[str, list[AIMessage]], Process]
+    cluster: Cluster, processes: Processes, start: Callable[[str, list[AIMessage]], Process]
 ) -> None:
     first = start("first", [tool_call("create_invoice", INVOICE, "lg_inv1"),
                                   AIMessage("Invoiced.")])  # fmt: skip
     first.graph.invoke({"messages": [HumanMessage("Bill cus_lg")]}, config("lg_t1"))
-    ref = langgraph_ref("lg_inv1", "lg_t1")
+    ref = processes.scoped(langgraph_ref("lg_inv1", "lg_t1"))
     envelope, status = first.tool_answer("lg_inv1")
     assert envelope["ok"] is True and envelope["operation_ref"] == ref and status == "success"
     assert cluster.effects(ref) == 1
@@ -122,7 +122,7 @@ def test_a_graph_replayed_from_its_checkpoint_does_not_resubmit(
 def test_approval_interrupts_and_command_resume_records_the_decision(
     cluster: Cluster, processes: Processes, start: Callable[..., Process]
 ) -> None:
-    ref = langgraph_ref("lg_ap1", "lg_t2")
+    ref = processes.scoped(langgraph_ref("lg_ap1", "lg_t2"))
     cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     first = start("first", [tool_call("create_invoice", INVOICE, "lg_ap1")])
     paused = first.graph.invoke({"messages": [HumanMessage("Bill")]}, config("lg_t2"))
@@ -145,10 +145,10 @@ def test_approval_interrupts_and_command_resume_records_the_decision(
 
 
 def test_needs_input_interrupts_and_the_corrected_input_keeps_the_ref(
-    cluster: Cluster, start: Callable[[str, list[AIMessage]], Process]
+    cluster: Cluster, processes: Processes, start: Callable[[str, list[AIMessage]], Process]
 ) -> None:
     email = {"recipient_email": "cy@mail.invalid", "subject": "Hello"}
-    ref = langgraph_ref("lg_em1", "lg_t3")
+    ref = processes.scoped(langgraph_ref("lg_em1", "lg_t3"))
     first = start("first", [tool_call("send_email", email, "lg_em1")])
     paused = first.graph.invoke({"messages": [HumanMessage("Mail cy")]}, config("lg_t3"))
     [request] = paused["__interrupt__"]
