@@ -25,9 +25,9 @@ from typing import Any, Final
 
 from anthropic.types import Message, ToolUseBlock
 
+from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.adapters.envelope import parse_result
 from toolsafe.adapters.mappings import to_anthropic_tool_result
-from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.adapters.registry import Registry
 from toolsafe.agents.definitions import anthropic_tools, tool_for_name
 from toolsafe.agents.refs import anthropic_ref
