@@ -2,11 +2,12 @@
 submit under a stable operation_ref, wait up to a bound, and tell the model the truth.
 
 No SDK is imported here, and no client: every flow takes any client of the contract
-(``toolsafe.tasks.calls``), in process or over the gateway. A step ends one call in one of four ways (:class:`Turn`): with
-its envelope (terminal), asking for corrected input, waiting for a human approval, or
-still being worked on by toolsafe (queued, running, waiting to retry, verifying). The
-last is never reported as an error: the model is given ``toolsafe.agents.progress``'s
-in-progress answer (the operation_ref, the state, ``not_before``).
+(``toolsafe.tasks.calls``), in process or over the gateway. A step ends one call in one
+of four ways (:class:`Turn`): with its envelope (terminal), asking for corrected input,
+waiting for a human approval, or still being worked on by toolsafe (queued, running,
+waiting to retry, verifying). The last is never reported as an error: the model is
+given ``toolsafe.agents.progress``'s in-progress answer (the operation_ref, the state,
+``not_before``).
 """
 
 from __future__ import annotations
