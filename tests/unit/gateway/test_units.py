@@ -103,7 +103,8 @@ def test_the_http_client_raises_what_the_in_process_client_raises() -> None:
 def test_the_gateway_clients_plans_send_what_the_routes_take_and_map_the_answers() -> None:
     """One plan per operation, driven by both clients: a settle holds ``?wait=`` and
     asks again until the step needs the agent; a wait past its timeout raises."""
-    view = {"operation_ref": "r", "tool": "t", "state": "pending", "ui_group": "queued",
+    view: dict[str, object] = {"operation_ref": "r", "tool": "t", "state": "pending",
+            "ui_group": "queued",
             "commit_state": None, "attempts": 0, "max_attempts": 3, "due_at": None,
             "reason": None, "fields": [], "envelope": None, "text": "queued",
             "needs_agent": False, "terminal": False}  # fmt: skip
