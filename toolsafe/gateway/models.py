@@ -96,7 +96,6 @@ class CallView(_Model):
 
     def to_view(self) -> StepView:
         """Back into the in-process client's ``StepView`` (the HTTP clients answer with it)."""
-        envelope = None if self.envelope is None else self.envelope.model_dump(mode="json")
         return StepView(
             operation_ref=self.operation_ref,
             tool=self.tool,
@@ -108,7 +107,7 @@ class CallView(_Model):
             due_at=self.due_at,
             reason=self.reason,
             fields=tuple(self.fields),
-            envelope=envelope,
+            envelope=self.envelope,
             text=self.text,
             history=tuple(
                 HistoryEntry(

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
+from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.errors import INVALID_INPUT, InvalidInput
 from toolsafe.agents.progress import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
@@ -74,8 +75,9 @@ def turn_of(view: StepView) -> Turn:
 def model_output(view: StepView) -> dict[str, Any]:
     """What the model is given for a step: its envelope once it has one that agrees with
     the state (terminal, needs input, awaiting approval), else the in-progress answer."""
-    if turn_of(view) is not Turn.IN_PROGRESS and view.envelope is not None:
-        return dict(view.envelope)
+    envelope = view.envelope_json()
+    if turn_of(view) is not Turn.IN_PROGRESS and envelope is not None:
+        return envelope
     if view.needs_agent:
         # A runtime envelope agrees with every such state; this is a defence only.
         return {"operation_ref": view.operation_ref, "state": str(view.state),
@@ -108,8 +110,8 @@ def as_text(output: Mapping[str, Any]) -> str:
 def retry_prompt(view: StepView) -> str:
     """For a step that needs input: the adapter's redacted agent text and the flagged
     fields, nothing else (no input values, no upstream text)."""
-    envelope = view.envelope or {}
-    agent_message = str(envelope.get("agent_message", "")).strip()
+    envelope = view.envelope
+    agent_message = envelope.agent_message.strip() if isinstance(envelope, ToolError) else ""
     fields = ", ".join(view.fields) or "the flagged fields"
     return f"{agent_message} Flagged: {fields}; an identical input is refused.".strip()
 
@@ -121,7 +123,7 @@ def approval_request(view: StepView) -> dict[str, Any]:
         "operation_ref": view.operation_ref,
         "tool": view.tool,
         "message": view.text,
-        "envelope": dict(view.envelope or {}),
+        "envelope": view.envelope_json() or {},
     }
 
 
@@ -133,7 +135,7 @@ def input_request(view: StepView) -> dict[str, Any]:
         "tool": view.tool,
         "fields": list(view.fields),
         "message": retry_prompt(view),
-        "envelope": dict(view.envelope or {}),
+        "envelope": view.envelope_json() or {},
     }
 
 

@@ -26,7 +26,6 @@ from typing import Any, Final
 from anthropic.types import Message, ToolUseBlock
 
 from toolsafe.adapters.catalogue import Catalogue
-from toolsafe.adapters.envelope import parse_result
 from toolsafe.adapters.mappings import to_anthropic_tool_result
 from toolsafe.adapters.registry import Registry
 from toolsafe.agents.definitions import anthropic_tools, tool_for_name
@@ -57,7 +56,7 @@ def tool_result(view: StepView, tool_use_id: str) -> dict[str, Any]:
     """The ``tool_result`` block for a step: its envelope once it has one that agrees
     with its state, else the in-progress answer (never ``is_error`` for that)."""
     if _calls.turn_of(view) is not Turn.IN_PROGRESS and view.envelope is not None:
-        return to_anthropic_tool_result(parse_result(view.envelope), tool_use_id)
+        return to_anthropic_tool_result(view.envelope, tool_use_id)
     return _text_result(_calls.model_output(view), tool_use_id, error=False)
 
 
