@@ -52,7 +52,7 @@ def success(
 def error(
     operation_ref: str = REF,
     *,
-    code: str = "SOME_ERROR",
+    code: str = "UPSTREAM_ERROR",
     category: Category = "validation",
     commit_state: CommitState = "not_committed",
     directive: Directive = "never",

@@ -50,7 +50,8 @@ def step(state: StepState = StepState.IN_FLIGHT, **changes: Any) -> StepSnapshot
 
 def error(*, operation_ref: str = REF, **fields: Any) -> ToolError:
     """``toolsafe.testing.envelopes.error`` for the step above (``REF``)."""
-    said = {"agent_message": "Something happened.", "user_message": "Something happened."}
+    said = {"code": "SOME_ERROR", "agent_message": "Something happened.",
+            "user_message": "Something happened."}  # fmt: skip
     return envelopes.error(operation_ref, **{**said, **fields})
 
 
