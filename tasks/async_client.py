@@ -1,9 +1,11 @@
 """``AsyncClient``: the in-process client for asyncio agent services.
 
-Each operation runs the synchronous ``Client``'s in a worker thread; ``wait`` awaits the
-process's change feed without holding a thread. Cancel-safe: cancelling an awaiting
-call never leaves a subscription behind, and a cancelled ``submit`` either committed
-(then the same operation_ref returns that step) or did not; nothing half-done remains.
+A thin shell: each operation is the synchronous ``Client``'s, run in a worker thread
+(:func:`threaded` makes the awaitable method from the sync one, signature and all);
+only ``settle`` and ``wait`` are its own, awaiting the process's change feed without
+holding a thread. Cancel-safe: cancelling an awaiting call never leaves a subscription
+behind, and a cancelled ``submit`` either committed (then the same operation_ref returns
+that step) or did not; nothing half-done remains.
 """
 
 from __future__ import annotations
@@ -11,14 +13,28 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from toolsafe.recovery.states import NEEDS_AGENT, StepState
+from toolsafe.adapters.catalogue import Catalogue
+from toolsafe.recovery.states import NEEDS_AGENT
 from toolsafe.tasks.client import CallSpec, Client, Submission, WaitTimeout
 from toolsafe.tasks.views import StepView, build_view
 
+P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def threaded(
+    method: Callable[Concatenate[Client, P], T],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """``Client.method`` as an ``AsyncClient`` method that runs it in a worker thread."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self.client, *args, **kwargs)
+
+    return call
 
 
 class AsyncClient:
@@ -27,38 +43,26 @@ class AsyncClient:
     def __init__(self, client: Client | None = None) -> None:
         self.client = client if client is not None else Client()
 
-    async def _run(self, call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(functools.partial(call, *args, **kwargs))
+    def catalogue(self) -> Catalogue:
+        """The registered tools (the registry is in process: nothing to await)."""
+        return self.client.catalogue()
 
-    async def close(self) -> None:
-        await self._run(self.client.close)
-
-    async def submit(
-        self, tool: str, input: Mapping[str, Any], operation_ref: str | None = None
-    ) -> StepView:
-        return await self._run(self.client.submit, tool, input, operation_ref)
-
-    async def submit_call(
-        self,
-        tool: str,
-        input: Mapping[str, Any],
-        operation_ref: str | None = None,
-        *,
-        actor: str | None = None,
-    ) -> Submission:
-        return await self._run(self.client.submit_call, tool, input, operation_ref, actor=actor)
+    close = threaded(Client.close)
+    submit = threaded(Client.submit)
+    submit_call = threaded(Client.submit_call)
+    view = threaded(Client.view)
+    provide_input = threaded(Client.provide_input)
+    cancel = threaded(Client.cancel)
+    approve = threaded(Client.approve)
+    reject = threaded(Client.reject)
+    resolve = threaded(Client.resolve)
+    redrive = threaded(Client.redrive)
 
     async def submit_many(
-        self,
-        calls: Iterable[CallSpec],
-        *,
-        actor: str | None = None,
+        self, calls: Iterable[CallSpec], *, actor: str | None = None
     ) -> list[Submission]:
         """:meth:`Client.submit_many`: one transaction, one batch of hints."""
-        return await self._run(self.client.submit_many, list(calls), actor=actor)
-
-    async def view(self, operation_ref: str) -> StepView:
-        return await self._run(self.client.view, operation_ref)
+        return await asyncio.to_thread(self.client.submit_many, list(calls), actor=actor)
 
     async def settle(self, operation_ref: str, timeout: float) -> StepView:
         """The step's view once it needs the agent or is terminal, or as it is when
@@ -68,7 +72,7 @@ class AsyncClient:
         with feed.subscribe(operation_ref) as changes:
             while True:
                 # One thread hand-off per look: the step, and its view once it settled.
-                view = await self._run(self._settled, operation_ref, deadline)
+                view = await asyncio.to_thread(self._settled, operation_ref, deadline)
                 if view is not None:
                     return view
                 await changes.wait_async(deadline - time.monotonic())
@@ -87,40 +91,3 @@ class AsyncClient:
         if not view.needs_agent:
             raise WaitTimeout(operation_ref, str(view.state), timeout)
         return view
-
-    async def provide_input(
-        self, operation_ref: str, new_input: Mapping[str, Any], *, actor: str | None = None
-    ) -> StepView:
-        return await self._run(self.client.provide_input, operation_ref, new_input, actor=actor)
-
-    async def cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
-        return await self._run(self.client.cancel, operation_ref, reason, by=by)
-
-    async def approve(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return await self._run(self.client.approve, operation_ref, approver, reason)
-
-    async def reject(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return await self._run(self.client.reject, operation_ref, approver, reason)
-
-    async def resolve(
-        self,
-        operation_ref: str,
-        to: StepState | str,
-        operator: str,
-        reason: str,
-        *,
-        evidence: str | None = None,
-        confirm_not_written: bool = False,
-    ) -> StepView:
-        return await self._run(
-            self.client.resolve,
-            operation_ref,
-            to,
-            operator,
-            reason,
-            evidence=evidence,
-            confirm_not_written=confirm_not_written,
-        )
-
-    async def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
-        return await self._run(self.client.redrive, operation_ref, operator, reason)

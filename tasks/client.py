@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from kombu.exceptions import BatchPublishError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.adapters.errors import (
     INPUT_NOT_AN_OBJECT,
     INPUT_NOT_JSON,
@@ -125,6 +126,13 @@ class Client:
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
         return cls(create_app(settings))
+
+    def catalogue(self) -> Catalogue:
+        """The registered tools, with each one's attempt limit from its policy."""
+        runtime = self.runtime
+        return Catalogue.of(
+            runtime.registry, lambda tool: runtime.policy_for(tool).retry.max_attempts
+        )
 
     # ------------------------------------------------------------------ agent service
 
@@ -372,25 +380,32 @@ class Client:
         store = self.runtime.store
         return build_view(store.get(operation_ref), store.events(operation_ref))
 
-    def wait(self, operation_ref: str, timeout: float = 30.0, poll: float = 0.05) -> StepView:
-        """Until the step needs the agent (input, approval) or is terminal.
+    def settle(self, operation_ref: str, timeout: float) -> StepView:
+        """The view once the step needs the agent (input, approval) or is terminal, or
+        as it is when ``timeout`` runs out.
 
         Woken by the process's change feed (``recovery/store/feed.py``): LISTEN/NOTIFY
         on PostgreSQL, one shared poller on SQLite; the step is read once at the start
-        and once per change, never in a loop of its own. ``poll`` is accepted for
-        compatibility and unused.
+        and once per change, never in a loop of its own.
         """
         deadline = time.monotonic() + timeout
         store = self.runtime.store
         with self.runtime.feed.subscribe(operation_ref) as changes:
             while True:
                 step = store.get(operation_ref)
-                if step.state in NEEDS_AGENT:
-                    return self.view(operation_ref)
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout(operation_ref, str(step.state), timeout)
+                if step.state in NEEDS_AGENT or remaining <= 0:
+                    return self.view(operation_ref)
                 changes.wait(remaining)
+
+    def wait(self, operation_ref: str, timeout: float = 30.0, poll: float = 0.05) -> StepView:
+        """Until the step needs the agent (input, approval) or is terminal, else
+        ``WaitTimeout``; ``settle`` without the exception. ``poll`` is accepted for
+        compatibility and unused."""
+        view = self.settle(operation_ref, timeout)
+        if not view.needs_agent:
+            raise WaitTimeout(operation_ref, str(view.state), timeout)
+        return view
 
     def provide_input(
         self, operation_ref: str, new_input: Mapping[str, Any], *, actor: str | None = None
@@ -422,10 +437,11 @@ class Client:
         )
         return self._after(recorded)
 
-    def cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
+    def cancel(self, operation_ref: str, reason: str, by: str | None = None) -> StepView:
+        """Cancel a waiting step; ``by`` (who asks) defaults to ``"agent"``."""
         step = self.runtime.store.get(operation_ref)
         recorded = self.runtime.store.cancel(
-            operation_ref, by=by, reason=reason, now=utcnow(), **self._rules(step)
+            operation_ref, by=by or "agent", reason=reason, now=utcnow(), **self._rules(step)
         )
         return self._after(recorded)
 

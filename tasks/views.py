@@ -6,16 +6,26 @@ only the fields the contract marks as safe, so a future column cannot leak by ac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from pydantic import ValidationError
+
+from toolsafe.adapters.envelope import AnySuccess, ToolError, parse_result, to_wire
 from toolsafe.adapters.redaction import clean_text, redact
 from toolsafe.recovery.reasons import OPERATOR_RESOLVED
 from toolsafe.recovery.secrets import is_sealed
 from toolsafe.recovery.states import NEEDS_AGENT, NO_OUTCOME_YET, TERMINAL, StepState, ui_group
 from toolsafe.recovery.store import EventRecord, StepRecord
+
+log = logging.getLogger("toolsafe.views")
+
+Envelope = AnySuccess | ToolError
+"""The envelope a view carries: the contract's own models, parsed once, when the view
+is built (``toolsafe.adapters.envelope``)."""
 
 # The envelope fields the model and UIs may see (DESIGN §1); result is the adapter's
 # structured answer, built from parsed fields, not upstream text.
@@ -80,7 +90,7 @@ class StepView:
     due_at: datetime | None
     reason: str | None
     fields: tuple[str, ...]
-    envelope: dict[str, Any] | None
+    envelope: Envelope | None
     text: str
     history: tuple[HistoryEntry, ...] = ()
 
@@ -93,8 +103,13 @@ class StepView:
         """The agent has to act (input, approval) or the step is over."""
         return self.state in NEEDS_AGENT
 
+    def envelope_json(self) -> dict[str, Any] | None:
+        """The envelope as wire JSON (the article's field names), or None."""
+        return None if self.envelope is None else to_wire(self.envelope)
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["envelope"] = self.envelope_json()
         data["state"] = str(self.state)
         data["due_at"] = self.due_at.isoformat() if self.due_at else None
         data["history"] = [{**asdict(entry), "at": entry.at.isoformat()} for entry in self.history]
@@ -263,7 +278,7 @@ def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
 def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView:
     # The stored envelope is the runtime's for the state (toolsafe.recovery.envelopes);
     # a claimed step keeps its previous one in the row but has no outcome yet.
-    envelope = None if step.state in NO_OUTCOME_YET else safe_envelope(step.last_envelope)
+    shown = None if step.state in NO_OUTCOME_YET else safe_envelope(step.last_envelope)
     return StepView(
         operation_ref=step.operation_ref,
         tool=step.tool,
@@ -275,7 +290,24 @@ def build_view(step: StepRecord, events: Sequence[EventRecord] = ()) -> StepView
         due_at=step.due_at,
         reason=step.reason,
         fields=tuple(step.flagged_fields),
-        envelope=envelope,
-        text=model_text(step, envelope),
+        envelope=_parsed(step.operation_ref, shown),
+        text=model_text(step, shown),
         history=history(events),
     )
+
+
+def _parsed(operation_ref: str, shown: Mapping[str, Any] | None) -> Envelope | None:
+    """The stored envelope as the contract's model. The runtime stores only envelopes
+    that passed the contract; a row that does not (written by hand, or by a version
+    that broke it) is shown without one, and said so in the log."""
+    if shown is None:
+        return None
+    try:
+        return parse_result(shown)
+    except ValidationError as error:
+        log.warning(
+            "stored envelope breaks the contract; the view shows none: %s",
+            error.errors()[0]["msg"] if error.errors() else "invalid",
+            extra={"event": "envelope_unreadable", "operation_ref": operation_ref},
+        )
+        return None

@@ -23,7 +23,11 @@ except PackageNotFoundError:  # pragma: no cover - running from a bare source tr
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    # the client and what it answers with
+    # the client contract, the clients and what they answer with
+    "Calls": "toolsafe.tasks.calls",
+    "AsyncCalls": "toolsafe.tasks.calls",
+    "Catalogue": "toolsafe.adapters.catalogue",
+    "ToolSpec": "toolsafe.adapters.catalogue",
     "Client": "toolsafe.tasks.client",
     "AsyncClient": "toolsafe.tasks.async_client",
     "GatewayClient": "toolsafe.gateway.client",
@@ -72,9 +76,12 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Adapter",
     "AdapterSettings",
+    "AsyncCalls",
     "AsyncClient",
     "AsyncGatewayClient",
     "CallContext",
+    "Calls",
+    "Catalogue",
     "Client",
     "FieldError",
     "FunctionAdapter",
@@ -100,6 +107,7 @@ __all__ = [
     "StepView",
     "ToolCall",
     "ToolError",
+    "ToolSpec",
     "ToolSuccess",
     "ToolsafeError",
     "TransitionRefused",
@@ -115,6 +123,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from toolsafe.adapters.catalogue import Catalogue, ToolSpec
     from toolsafe.adapters.decorators import read_tool, tool
     from toolsafe.adapters.envelope import (
         Retry,
@@ -144,6 +153,7 @@ if TYPE_CHECKING:
     from toolsafe.settings import Settings, SettingsError
     from toolsafe.tasks.app import create_app
     from toolsafe.tasks.async_client import AsyncClient
+    from toolsafe.tasks.calls import AsyncCalls, Calls
     from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
     from toolsafe.tasks.views import HistoryEntry, StepView
 

@@ -4,7 +4,7 @@
 
 The assistant's message is built here as the Messages API returns it (no API key, no
 network); with a real model it is ``await anthropic.AsyncAnthropic().messages.create(...,
-tools=tools(registry))``.
+tools=tools(client.catalogue()))``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ INVOICE = {"customer_id": "cus_7", "amount_cents": 990, "currency": "EUR"}
 
 
 async def main(client: Client) -> None:
-    offered = tools(client.runtime.registry)  # what messages.create(tools=...) is given
+    offered = tools(client.catalogue())  # what messages.create(tools=...) is given
     print("tools:", ", ".join(tool["name"] for tool in offered))
     message = Message.model_validate({
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",

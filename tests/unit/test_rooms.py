@@ -22,7 +22,7 @@ SURFACE = tuple(
     f"toolsafe.{room}"
     for room in (
         "cli", "demo", "chaos", "harness", "metrics", "worker", "reference", "gateway",
-        "mcp", "ui", "integrations", "conformance", "agents",
+        "mcp", "ui", "integrations", "conformance", "agents", "testing",
     )
 )  # fmt: skip
 # Names a toolsafe module must never import bare: a user's own tasks.py or

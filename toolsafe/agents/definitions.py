@@ -1,5 +1,7 @@
-"""The registry as tool definitions, one function per agent stack.
+"""The registered tools as tool definitions, one function per agent stack.
 
+Each function takes a client's :class:`~toolsafe.adapters.catalogue.Catalogue` (what
+``catalogue()`` of any client gives, in process or over the gateway) or a registry.
 Every stack gets the same three facts per tool: its name, what it does
 (``Adapter.describe()``) and its input schema (the adapter's input model). MCP also gets
 the output schema (the envelope, or the in-progress answer) and annotations from whether
@@ -12,11 +14,11 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+from toolsafe.adapters.catalogue import Catalogue, ToolSpec, catalogue
+from toolsafe.adapters.catalogue import input_schema as input_schema
 from toolsafe.adapters.envelope import json_schema
-from toolsafe.adapters.protocol import Adapter
 from toolsafe.adapters.registry import Registry
 from toolsafe.agents.progress import InProgress
 
@@ -26,16 +28,12 @@ if TYPE_CHECKING:
 _PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-def _adapters(registry: Registry) -> Iterator[Adapter[Any]]:
-    for name in registry.tools():
-        yield registry.get(name)
+Tools = Registry | Catalogue
+"""Where the definitions come from: a client's catalogue, or a registry."""
 
 
-def input_schema(adapter: Adapter[Any]) -> dict[str, Any]:
-    """The adapter's input model as JSON Schema (always a top-level object)."""
-    schema: dict[str, Any] = adapter.input_model.model_json_schema()
-    schema.setdefault("type", "object")
-    return schema
+def _schema(spec: ToolSpec) -> dict[str, Any]:
+    return copy.deepcopy(dict(spec.input_schema))
 
 
 def tool_output_schema() -> dict[str, Any]:
@@ -66,10 +64,10 @@ def plain_name(tool: str) -> str:
     return name
 
 
-def plain_names(registry: Registry) -> dict[str, str]:
+def plain_names(registry: Tools) -> dict[str, str]:
     """Function name → toolsafe tool name, refusing two tools that would share a name."""
     names: dict[str, str] = {}
-    for tool in registry.tools():
+    for tool in catalogue(registry).tools():
         name = plain_name(tool)
         if name in names:
             raise ValueError(
@@ -79,41 +77,42 @@ def plain_names(registry: Registry) -> dict[str, str]:
     return names
 
 
-def tool_for_name(registry: Registry, name: str) -> str:
+def tool_for_name(registry: Tools, name: str) -> str:
     """The toolsafe tool a model called by its function name (``UnknownToolError`` if none)."""
-    if name in registry:
+    found = catalogue(registry)
+    if name in found:
         return name
-    return plain_names(registry).get(name) or registry.get(name).tool
+    return plain_names(found).get(name) or found.get(name).name
 
 
-def mcp_tools(registry: Registry) -> list[dict[str, Any]]:
+def mcp_tools(registry: Tools) -> list[dict[str, Any]]:
     """MCP ``Tool`` objects as their wire JSON (``mcp.types.Tool.model_validate`` takes
     them): annotations say whether the tool only reads, and that a write repeated under
     the same operation_ref has no further effect."""
     output = tool_output_schema()
     tools: list[dict[str, Any]] = []
-    for adapter in _adapters(registry):
-        annotations: dict[str, Any] = {"readOnlyHint": not adapter.writes}
-        if adapter.writes:
+    for spec in catalogue(registry):
+        annotations: dict[str, Any] = {"readOnlyHint": not spec.writes}
+        if spec.writes:
             # toolsafe cannot tell an additive write from a destructive one: assume the
             # worst. Idempotent: the same operation_ref returns the stored step.
             annotations.update(destructiveHint=True, idempotentHint=True)
-        if adapter.title:
-            annotations["title"] = adapter.title
+        if spec.title:
+            annotations["title"] = spec.title
         tool: dict[str, Any] = {
-            "name": adapter.tool,
-            "description": adapter.describe(),
-            "inputSchema": input_schema(adapter),
+            "name": spec.name,
+            "description": spec.description,
+            "inputSchema": _schema(spec),
             "outputSchema": output,
             "annotations": annotations,
         }
-        if adapter.title:
-            tool["title"] = adapter.title
+        if spec.title:
+            tool["title"] = spec.title
         tools.append(tool)
     return tools
 
 
-def openai_chat_tools(registry: Registry) -> list[dict[str, Any]]:
+def openai_chat_tools(registry: Tools) -> list[dict[str, Any]]:
     """Chat Completions ``tools``: ``{"type": "function", "function": {...}}``. Not
     strict: the input models' optional fields and defaults are outside strict mode."""
     names = {tool: name for name, tool in plain_names(registry).items()}
@@ -121,35 +120,35 @@ def openai_chat_tools(registry: Registry) -> list[dict[str, Any]]:
         {
             "type": "function",
             "function": {
-                "name": names[adapter.tool],
-                "description": adapter.describe(),
-                "parameters": input_schema(adapter),
+                "name": names[spec.name],
+                "description": spec.description,
+                "parameters": _schema(spec),
                 "strict": False,
             },
         }
-        for adapter in _adapters(registry)
+        for spec in catalogue(registry)
     ]
 
 
-def openai_responses_tools(registry: Registry) -> list[dict[str, Any]]:
+def openai_responses_tools(registry: Tools) -> list[dict[str, Any]]:
     """Responses API (and Agents SDK) function tools: the same fields, not nested."""
     return [{"type": "function", **entry["function"]} for entry in openai_chat_tools(registry)]
 
 
-def anthropic_tools(registry: Registry) -> list[dict[str, Any]]:
+def anthropic_tools(registry: Tools) -> list[dict[str, Any]]:
     """Anthropic Messages API ``tools``: name, description, ``input_schema``."""
     names = {tool: name for name, tool in plain_names(registry).items()}
     return [
         {
-            "name": names[adapter.tool],
-            "description": adapter.describe(),
-            "input_schema": input_schema(adapter),
+            "name": names[spec.name],
+            "description": spec.description,
+            "input_schema": _schema(spec),
         }
-        for adapter in _adapters(registry)
+        for spec in catalogue(registry)
     ]
 
 
-def pydantic_ai_tool_definitions(registry: Registry) -> list[ToolDefinition]:
+def pydantic_ai_tool_definitions(registry: Tools) -> list[ToolDefinition]:
     """Pydantic AI ``ToolDefinition`` objects (needs the ``pydantic-ai`` extra)."""
     try:
         from pydantic_ai.tools import ToolDefinition
@@ -160,9 +159,9 @@ def pydantic_ai_tool_definitions(registry: Registry) -> list[ToolDefinition]:
     names = {tool: name for name, tool in plain_names(registry).items()}
     return [
         ToolDefinition(
-            name=names[adapter.tool],
-            description=adapter.describe(),
-            parameters_json_schema=input_schema(adapter),
+            name=names[spec.name],
+            description=spec.description,
+            parameters_json_schema=_schema(spec),
         )
-        for adapter in _adapters(registry)
+        for spec in catalogue(registry)
     ]

@@ -41,7 +41,7 @@ def in_progress(view: StepView) -> InProgress:
         tool=view.tool,
         state=str(view.state),
         not_before=waiting,
-        last_envelope=view.envelope,
+        last_envelope=view.envelope_json(),
         agent_message=view.text,
     )
 

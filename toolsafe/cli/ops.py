@@ -96,7 +96,7 @@ def _show(view: StepView, stored_input: dict[str, Any]) -> None:
     shown_input = json.dumps(stored_input, indent=2, sort_keys=True)
     lines.extend("  " + line for line in shown_input.splitlines())
     lines.append("envelope")
-    envelope = json.dumps(view.envelope, indent=2, sort_keys=True) if view.envelope else "-"
+    envelope = json.dumps(view.envelope_json(), indent=2, sort_keys=True) if view.envelope else "-"
     lines.extend("  " + line for line in envelope.splitlines())
     lines.append("events")
     for entry in view.history:

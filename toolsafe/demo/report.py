@@ -93,10 +93,11 @@ def envelope_lines(events: Sequence[EventRecord], step: StepRecord | None) -> li
         lines.extend(_json(shown))
     if step is not None:
         view = build_view(step)
-        if view.envelope is not None and view.envelope != shown:
+        final = view.envelope_json()
+        if final is not None and final != shown:
             lines.append(f"  at the end, {step.state}:")
-            lines.extend(_json(view.envelope))
-        elif view.envelope is not None and step.state != shown_at:
+            lines.extend(_json(final))
+        elif final is not None and step.state != shown_at:
             # Reached by a lookup or an operator, not an execution: no new envelope.
             lines.append(f"  at the end, {step.state}: the view still carries that envelope")
         lines.append(f"  and the text: {view.text}")

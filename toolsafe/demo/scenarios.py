@@ -98,7 +98,7 @@ class Play:
 
 
 def _code(view: StepView) -> str | None:
-    envelope = view.envelope or {}
+    envelope = view.envelope_json() or {}
     code = envelope.get("code")
     return str(code) if code is not None else None
 
@@ -118,7 +118,7 @@ def success(play: Play) -> None:
     play.submit("create_invoice", INVOICE)
     view = play.wait()
     play.ended(view, StepState.SUCCEEDED)
-    envelope = view.envelope or {}
+    envelope = view.envelope_json() or {}
     evidence = (envelope.get("verification") or {}).get("evidence_ref")
     play.check("the success carries evidence (verification.evidence_ref)", bool(evidence))
     play.check("exactly one invoice downstream", play.effects() == 1)
@@ -187,7 +187,7 @@ def version_conflict(play: Play) -> None:
     play.submit("create_invoice", INVOICE)
     view = play.wait()
     play.ended(view, StepState.ESCALATED, "VERSION_CONFLICT")
-    envelope = view.envelope or {}
+    envelope = view.envelope_json() or {}
     play.check("the agent is told to escalate / re-plan", envelope.get("next_action") == "escalate")
     play.check("never retried with the same parameters", play.step().attempts == 1)
     play.check("nothing written", play.effects() == 0)

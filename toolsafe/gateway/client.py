@@ -1,28 +1,35 @@
 """Clients of the gateway over HTTP, for agent services that hold a key and no store or
 broker credentials: ``GatewayClient`` (sync) and ``AsyncGatewayClient`` (asyncio).
 
-They have the in-process ``Client``'s method names and raise its exceptions. Both are
-thin shells over :class:`Calls`, which builds every request and maps every answer (a
-view, or a problem back into the exception it stands for). Needs httpx, not FastAPI.
+Both satisfy the client contract (``toolsafe.tasks.calls``: ``Calls``, ``AsyncCalls``)
+and raise the in-process ``Client``'s exceptions. Both are thin shells over
+:class:`Operations`, which holds every operation once, without I/O: the requests it
+sends and how each answer maps back (a view, or a problem into the exception it stands
+for). Needs httpx, not FastAPI.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
 
+from toolsafe.adapters.catalogue import Catalogue, ToolSpec
 from toolsafe.adapters.errors import INPUT_CODES, ToolsafeError, UnknownToolError
-from toolsafe.gateway.models import CallView
+from toolsafe.gateway.models import CallView, ToolList
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
-from toolsafe.tasks.client import InvalidInput, WaitTimeout
+from toolsafe.tasks.client import InvalidInput, Submission, WaitTimeout
 from toolsafe.tasks.views import StepView
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 LONGEST_HOLD: Final = 30.0
 """The longest ``?wait=`` one request asks for; ``wait`` asks again until its timeout."""
@@ -44,6 +51,8 @@ class GatewayError(ToolsafeError):
 
 @dataclass(frozen=True)
 class Request:
+    """One HTTP request of an operation."""
+
     method: str
     path: str
     json: Any = None
@@ -53,6 +62,10 @@ class Request:
 
 def _path(operation_ref: str, action: str = "") -> str:
     return "/v1/calls/" + quote(operation_ref, safe="/:") + (f"/{action}" if action else "")
+
+
+Plan = Generator[Request, httpx.Response, T]
+"""An operation without I/O: yields requests, is sent their responses, returns ``T``."""
 
 
 def raise_problem(response: httpx.Response) -> None:
@@ -86,28 +99,88 @@ def raise_problem(response: httpx.Response) -> None:
     raise GatewayError(response.status_code, code, detail)
 
 
-class Calls:
-    """Every operation as a :class:`Request`, and every answer as a ``StepView``."""
+class Operations:
+    """Every operation once, without I/O: a plan that yields the :class:`Request` s to
+    send and is sent back each answer, and returns what the client returns (a view, a
+    submission, the catalogue; a problem raised as the exception it stands for). The
+    sync and async clients are thin shells that drive these plans."""
 
-    def submit(self, tool: str, input: Mapping[str, Any], operation_ref: str | None) -> Request:
-        headers = {"Idempotency-Key": operation_ref} if operation_ref is not None else {}
-        return Request(
-            "POST", f"/v1/tools/{quote(tool, safe='')}/calls", {"input": dict(input)}, {}, headers
+    def catalogue(self) -> Plan[Catalogue]:
+        """``GET /v1/tools``."""
+        answer = answer_json((yield Request("GET", "/v1/tools")))
+        return Catalogue(
+            ToolSpec(
+                name=tool.name,
+                description=tool.description,
+                writes=tool.writes,
+                has_lookup=tool.has_lookup,
+                input_schema=tool.input_schema,
+                max_attempts=tool.max_attempts,
+                title=tool.title,
+            )
+            for tool in ToolList.model_validate(answer).tools
         )
 
-    def view(self, operation_ref: str, hold: float = 0.0) -> Request:
-        params = {"wait": f"{hold:.3f}"} if hold > 0 else {}
-        return Request("GET", _path(operation_ref), params=params)
+    def submit(
+        self, tool: str, input: Mapping[str, Any], operation_ref: str | None = None
+    ) -> Plan[StepView]:
+        """Commit the step, then publish it; the same operation_ref returns that step."""
+        return (yield from self.submit_call(tool, input, operation_ref)).view
 
-    def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> Request:
-        return Request("POST", _path(operation_ref, "input"), {"input": dict(new_input)})
+    def submit_call(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        operation_ref: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Plan[Submission]:
+        """``submit``, also saying whether this call created the step (201, not 200)."""
+        _no_actor(actor)
+        headers = {"Idempotency-Key": operation_ref} if operation_ref is not None else {}
+        path = f"/v1/tools/{quote(tool, safe='')}/calls"
+        response = yield Request("POST", path, {"input": dict(input)}, {}, headers)
+        return Submission(answer(response), response.status_code == 201)
 
-    def cancel(self, operation_ref: str, reason: str, by: str | None) -> Request:
-        return Request("POST", _path(operation_ref, "cancel"), {"reason": reason, "by": by})
+    def view(self, operation_ref: str) -> Plan[StepView]:
+        return answer((yield Request("GET", _path(operation_ref))))
 
-    def approval(self, action: str, operation_ref: str, approver: str, reason: str) -> Request:
+    def settle(self, operation_ref: str, timeout: float) -> Plan[StepView]:
+        """The view once the step needs the agent or is terminal, or as it is when
+        ``timeout`` runs out: held ``?wait=`` requests of at most ``LONGEST_HOLD``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            hold = max(0.0, min(LONGEST_HOLD, deadline - time.monotonic()))
+            params = {"wait": f"{hold:.3f}"} if hold > 0 else {}
+            view = answer((yield Request("GET", _path(operation_ref), params=params)))
+            if view.needs_agent or time.monotonic() >= deadline:
+                return view
+
+    def wait(self, operation_ref: str, timeout: float = 30.0) -> Plan[StepView]:
+        """Until the step needs the agent or is terminal, else ``WaitTimeout``."""
+        view = yield from self.settle(operation_ref, timeout)
+        if not view.needs_agent:
+            raise WaitTimeout(operation_ref, str(view.state), timeout)
+        return view
+
+    def provide_input(
+        self, operation_ref: str, new_input: Mapping[str, Any], *, actor: str | None = None
+    ) -> Plan[StepView]:
+        _no_actor(actor)
+        body = {"input": dict(new_input)}
+        return answer((yield Request("POST", _path(operation_ref, "input"), body)))
+
+    def cancel(self, operation_ref: str, reason: str, by: str | None = None) -> Plan[StepView]:
+        body = {"reason": reason, "by": by}
+        return answer((yield Request("POST", _path(operation_ref, "cancel"), body)))
+
+    def approve(self, operation_ref: str, approver: str, reason: str) -> Plan[StepView]:
         body = {"reason": reason, "approver": approver}
-        return Request("POST", _path(operation_ref, action), body)
+        return answer((yield Request("POST", _path(operation_ref, "approve"), body)))
+
+    def reject(self, operation_ref: str, approver: str, reason: str) -> Plan[StepView]:
+        body = {"reason": reason, "approver": approver}
+        return answer((yield Request("POST", _path(operation_ref, "reject"), body)))
 
     def resolve(
         self,
@@ -115,47 +188,102 @@ class Calls:
         to: StepState | str,
         operator: str,
         reason: str,
+        *,
         evidence: str | None = None,
         confirm_not_written: bool = False,
-    ) -> Request:
+    ) -> Plan[StepView]:
+        """Close an escalated step (``evidence`` to succeeded, ``confirm_not_written`` to
+        failed when the write may have happened)."""
         body: dict[str, Any] = {"to": str(StepState(to)), "reason": reason, "operator": operator}
         if evidence is not None:
             body["evidence"] = evidence
         if confirm_not_written:
             body["confirm_not_written"] = True
-        return Request("POST", _path(operation_ref, "resolve"), body)
+        return answer((yield Request("POST", _path(operation_ref, "resolve"), body)))
 
-    def redrive(self, operation_ref: str, operator: str, reason: str) -> Request:
+    def redrive(self, operation_ref: str, operator: str, reason: str) -> Plan[StepView]:
         body = {"reason": reason, "operator": operator}
-        return Request("POST", _path(operation_ref, "redrive"), body)
+        return answer((yield Request("POST", _path(operation_ref, "redrive"), body)))
 
-    def tools(self) -> Request:
-        return Request("GET", "/v1/tools")
 
-    @staticmethod
-    def answer(response: httpx.Response) -> StepView:
-        if response.status_code >= 400:
-            raise_problem(response)
-        return CallView.model_validate_json(response.content).to_view()
+OPERATIONS: Final = Operations()
 
-    @staticmethod
-    def answer_json(response: httpx.Response) -> Any:
-        if response.status_code >= 400:
-            raise_problem(response)
-        return response.json()
 
-    @staticmethod
-    def hold(deadline: float) -> float:
-        return max(0.0, min(LONGEST_HOLD, deadline - time.monotonic()))
+def _no_actor(actor: str | None) -> None:
+    if actor is not None:
+        raise TypeError(
+            "over the gateway the actor is the key's (recorded by the gateway); do not pass actor"
+        )
+
+
+def answer(response: httpx.Response) -> StepView:
+    """The view a gateway answered with, or the exception its problem stands for."""
+    if response.status_code >= 400:
+        raise_problem(response)
+    return CallView.model_validate_json(response.content).to_view()
+
+
+def answer_json(response: httpx.Response) -> object:
+    if response.status_code >= 400:
+        raise_problem(response)
+    found: object = response.json()
+    return found
 
 
 def _headers(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _timeout(request: Request, base: float) -> float:
-    hold = float(request.params.get("wait", 0))
-    return base + hold
+def _options(request: Request, timeout: float) -> dict[str, Any]:
+    """``httpx``'s keywords for the request; a held wait adds its hold to the timeout."""
+    return {
+        "json": request.json,
+        "params": dict(request.params),
+        "headers": dict(request.headers),
+        "timeout": timeout + float(request.params.get("wait", 0)),
+    }
+
+
+def run_plan(send: Callable[[Request], httpx.Response], steps: Plan[T]) -> T:
+    """Drive a plan, sending each request it yields with ``send``."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(send(request))
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+def driven(
+    plan: Callable[Concatenate[Operations, P], Plan[T]],
+) -> Callable[Concatenate[GatewayClient, P], T]:
+    """The operation as a ``GatewayClient`` method: its plan driven over ``httpx.Client``."""
+
+    @functools.wraps(plan)
+    def call(self: GatewayClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_plan(self._send, plan(OPERATIONS, *args, **kwargs))
+
+    return call
+
+
+def awaited(
+    plan: Callable[Concatenate[Operations, P], Plan[T]],
+) -> Callable[Concatenate[AsyncGatewayClient, P], Coroutine[Any, Any, T]]:
+    """The operation as an ``AsyncGatewayClient`` method, over ``httpx.AsyncClient``."""
+
+    @functools.wraps(plan)
+    async def call(self: AsyncGatewayClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        steps = plan(OPERATIONS, *args, **kwargs)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(await self._send(request))
+        except StopIteration as done:
+            value: T = done.value
+            return value
+
+    return call
 
 
 class GatewayClient:
@@ -164,9 +292,9 @@ class GatewayClient:
     def __init__(
         self, base_url: str, key: str | None = None, *, timeout: float = 10.0, **options: Any
     ) -> None:
-        self.calls = Calls()
         self.timeout = timeout
         self.http = httpx.Client(base_url=base_url, headers=_headers(key), **options)
+        self._catalogue: Catalogue | None = None
 
     def close(self) -> None:
         self.http.close()
@@ -178,82 +306,40 @@ class GatewayClient:
         self.close()
 
     def _send(self, request: Request) -> httpx.Response:
-        return self.http.request(
-            request.method,
-            request.path,
-            json=request.json,
-            params=dict(request.params),
-            headers=dict(request.headers),
-            timeout=_timeout(request, self.timeout),
-        )
+        return self.http.request(request.method, request.path, **_options(request, self.timeout))
 
-    def _view(self, request: Request) -> StepView:
-        return self.calls.answer(self._send(request))
+    tools = driven(Operations.catalogue)
 
-    def tools(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self.calls.answer_json(self._send(self.calls.tools()))[
-            "tools"
-        ]
-        return found
+    def catalogue(self) -> Catalogue:
+        """The registered tools, fetched once (``tools()`` fetches them again)."""
+        if self._catalogue is None:
+            self._catalogue = self.tools()
+        return self._catalogue
 
-    def submit(
-        self, tool: str, input: Mapping[str, Any], operation_ref: str | None = None
-    ) -> StepView:
-        return self._view(self.calls.submit(tool, input, operation_ref))
-
-    def view(self, operation_ref: str) -> StepView:
-        return self._view(self.calls.view(operation_ref))
-
-    def wait(self, operation_ref: str, timeout: float = 30.0) -> StepView:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = self._view(self.calls.view(operation_ref, self.calls.hold(deadline)))
-            if view.needs_agent:
-                return view
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(operation_ref, str(view.state), timeout)
-
-    def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
-        return self._view(self.calls.provide_input(operation_ref, new_input))
-
-    def cancel(self, operation_ref: str, reason: str, by: str | None = None) -> StepView:
-        return self._view(self.calls.cancel(operation_ref, reason, by))
-
-    def approve(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return self._view(self.calls.approval("approve", operation_ref, approver, reason))
-
-    def reject(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return self._view(self.calls.approval("reject", operation_ref, approver, reason))
-
-    def resolve(
-        self,
-        operation_ref: str,
-        to: StepState | str,
-        operator: str,
-        reason: str,
-        *,
-        evidence: str | None = None,
-        confirm_not_written: bool = False,
-    ) -> StepView:
-        """Close an escalated step (``evidence`` to succeeded, ``confirm_not_written`` to
-        failed when the write may have happened)."""
-        return self._view(
-            self.calls.resolve(operation_ref, to, operator, reason, evidence, confirm_not_written)
-        )
-
-    def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
-        return self._view(self.calls.redrive(operation_ref, operator, reason))
+    submit = driven(Operations.submit)
+    submit_call = driven(Operations.submit_call)
+    view = driven(Operations.view)
+    settle = driven(Operations.settle)
+    wait = driven(Operations.wait)
+    provide_input = driven(Operations.provide_input)
+    cancel = driven(Operations.cancel)
+    approve = driven(Operations.approve)
+    reject = driven(Operations.reject)
+    resolve = driven(Operations.resolve)
+    redrive = driven(Operations.redrive)
 
 
 class AsyncGatewayClient:
-    """The asyncio client; the same methods, awaitable."""
+    """The asyncio client; the same methods, awaitable. ``catalogue()`` is the one
+    synchronous method (as on every ``AsyncCalls``): it returns the tools ``await
+    tools()`` fetched, or fetches them once with a short blocking request."""
 
     def __init__(
         self, base_url: str, key: str | None = None, *, timeout: float = 10.0, **options: Any
     ) -> None:
-        self.calls = Calls()
         self.timeout = timeout
         self.http = httpx.AsyncClient(base_url=base_url, headers=_headers(key), **options)
+        self._catalogue: Catalogue | None = None
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -266,64 +352,35 @@ class AsyncGatewayClient:
 
     async def _send(self, request: Request) -> httpx.Response:
         return await self.http.request(
-            request.method,
-            request.path,
-            json=request.json,
-            params=dict(request.params),
-            headers=dict(request.headers),
-            timeout=_timeout(request, self.timeout),
+            request.method, request.path, **_options(request, self.timeout)
         )
 
-    async def _view(self, request: Request) -> StepView:
-        return self.calls.answer(await self._send(request))
+    _fetch = awaited(Operations.catalogue)
 
-    async def tools(self) -> list[dict[str, Any]]:
-        answer = self.calls.answer_json(await self._send(self.calls.tools()))
-        found: list[dict[str, Any]] = answer["tools"]
-        return found
+    async def tools(self) -> Catalogue:
+        """``GET /v1/tools``, kept for ``catalogue()``."""
+        self._catalogue = await self._fetch()
+        return self._catalogue
 
-    async def submit(
-        self, tool: str, input: Mapping[str, Any], operation_ref: str | None = None
-    ) -> StepView:
-        return await self._view(self.calls.submit(tool, input, operation_ref))
+    def catalogue(self) -> Catalogue:
+        if self._catalogue is None:
+            with httpx.Client(base_url=self.http.base_url, headers=self.http.headers) as http:
+                self._catalogue = run_plan(
+                    lambda request: http.request(
+                        request.method, request.path, **_options(request, self.timeout)
+                    ),
+                    OPERATIONS.catalogue(),
+                )
+        return self._catalogue
 
-    async def view(self, operation_ref: str) -> StepView:
-        return await self._view(self.calls.view(operation_ref))
-
-    async def wait(self, operation_ref: str, timeout: float = 30.0) -> StepView:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = await self._view(self.calls.view(operation_ref, self.calls.hold(deadline)))
-            if view.needs_agent:
-                return view
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(operation_ref, str(view.state), timeout)
-
-    async def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
-        return await self._view(self.calls.provide_input(operation_ref, new_input))
-
-    async def cancel(self, operation_ref: str, reason: str, by: str | None = None) -> StepView:
-        return await self._view(self.calls.cancel(operation_ref, reason, by))
-
-    async def approve(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return await self._view(self.calls.approval("approve", operation_ref, approver, reason))
-
-    async def reject(self, operation_ref: str, approver: str, reason: str) -> StepView:
-        return await self._view(self.calls.approval("reject", operation_ref, approver, reason))
-
-    async def resolve(
-        self,
-        operation_ref: str,
-        to: StepState | str,
-        operator: str,
-        reason: str,
-        *,
-        evidence: str | None = None,
-        confirm_not_written: bool = False,
-    ) -> StepView:
-        return await self._view(
-            self.calls.resolve(operation_ref, to, operator, reason, evidence, confirm_not_written)
-        )
-
-    async def redrive(self, operation_ref: str, operator: str, reason: str) -> StepView:
-        return await self._view(self.calls.redrive(operation_ref, operator, reason))
+    submit = awaited(Operations.submit)
+    submit_call = awaited(Operations.submit_call)
+    view = awaited(Operations.view)
+    settle = awaited(Operations.settle)
+    wait = awaited(Operations.wait)
+    provide_input = awaited(Operations.provide_input)
+    cancel = awaited(Operations.cancel)
+    approve = awaited(Operations.approve)
+    reject = awaited(Operations.reject)
+    resolve = awaited(Operations.resolve)
+    redrive = awaited(Operations.redrive)

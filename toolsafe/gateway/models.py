@@ -96,7 +96,6 @@ class CallView(_Model):
 
     def to_view(self) -> StepView:
         """Back into the in-process client's ``StepView`` (the HTTP clients answer with it)."""
-        envelope = None if self.envelope is None else self.envelope.model_dump(mode="json")
         return StepView(
             operation_ref=self.operation_ref,
             tool=self.tool,
@@ -108,7 +107,7 @@ class CallView(_Model):
             due_at=self.due_at,
             reason=self.reason,
             fields=tuple(self.fields),
-            envelope=envelope,
+            envelope=self.envelope,
             text=self.text,
             history=tuple(
                 HistoryEntry(
@@ -126,9 +125,11 @@ class CallView(_Model):
 
 class ToolInfo(_Model):
     name: str
+    title: str | None = None
     description: str
     writes: bool
     has_lookup: bool
+    max_attempts: int | None = Field(None, description="the policy's limit on executions")
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] = Field(description="the envelope's JSON Schema")
 

@@ -1,11 +1,13 @@
 """What every agent-stack integration does with one model tool call, whatever the SDK:
 submit under a stable operation_ref, wait up to a bound, and tell the model the truth.
 
-No SDK is imported here. A step ends one call in one of four ways (:class:`Turn`): with
-its envelope (terminal), asking for corrected input, waiting for a human approval, or
-still being worked on by toolsafe (queued, running, waiting to retry, verifying). The
-last is never reported as an error: the model is given ``toolsafe.agents.progress``'s
-in-progress answer (the operation_ref, the state, ``not_before``).
+No SDK is imported here, and no client: every flow takes any client of the contract
+(``toolsafe.tasks.calls``), in process or over the gateway. A step ends one call in one
+of four ways (:class:`Turn`): with its envelope (terminal), asking for corrected input,
+waiting for a human approval, or still being worked on by toolsafe (queued, running,
+waiting to retry, verifying). The last is never reported as an error: the model is
+given ``toolsafe.agents.progress``'s in-progress answer (the operation_ref, the state,
+``not_before``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
+from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.errors import INVALID_INPUT, InvalidInput
 from toolsafe.agents.progress import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
-from toolsafe.tasks.async_client import AsyncClient
-from toolsafe.tasks.client import Client, WaitTimeout
+from toolsafe.tasks.calls import AsyncCalls, Calls
 from toolsafe.tasks.views import StepView
 
 DEFAULT_WAIT: Final = 30.0
@@ -73,8 +75,9 @@ def turn_of(view: StepView) -> Turn:
 def model_output(view: StepView) -> dict[str, Any]:
     """What the model is given for a step: its envelope once it has one that agrees with
     the state (terminal, needs input, awaiting approval), else the in-progress answer."""
-    if turn_of(view) is not Turn.IN_PROGRESS and view.envelope is not None:
-        return dict(view.envelope)
+    envelope = view.envelope_json()
+    if turn_of(view) is not Turn.IN_PROGRESS and envelope is not None:
+        return envelope
     if view.needs_agent:
         # A runtime envelope agrees with every such state; this is a defence only.
         return {"operation_ref": view.operation_ref, "state": str(view.state),
@@ -107,8 +110,8 @@ def as_text(output: Mapping[str, Any]) -> str:
 def retry_prompt(view: StepView) -> str:
     """For a step that needs input: the adapter's redacted agent text and the flagged
     fields, nothing else (no input values, no upstream text)."""
-    envelope = view.envelope or {}
-    agent_message = str(envelope.get("agent_message", "")).strip()
+    envelope = view.envelope
+    agent_message = envelope.agent_message.strip() if isinstance(envelope, ToolError) else ""
     fields = ", ".join(view.fields) or "the flagged fields"
     return f"{agent_message} Flagged: {fields}; an identical input is refused.".strip()
 
@@ -120,7 +123,7 @@ def approval_request(view: StepView) -> dict[str, Any]:
         "operation_ref": view.operation_ref,
         "tool": view.tool,
         "message": view.text,
-        "envelope": dict(view.envelope or {}),
+        "envelope": view.envelope_json() or {},
     }
 
 
@@ -132,7 +135,7 @@ def input_request(view: StepView) -> dict[str, Any]:
         "tool": view.tool,
         "fields": list(view.fields),
         "message": retry_prompt(view),
-        "envelope": dict(view.envelope or {}),
+        "envelope": view.envelope_json() or {},
     }
 
 
@@ -159,7 +162,7 @@ def split_ref(tool: str, args: Mapping[str, Any]) -> tuple[str | None, dict[str,
 
 
 async def submit_and_settle(
-    client: AsyncClient, tool: str, args: Mapping[str, Any], ref: str, wait: float
+    client: AsyncCalls, tool: str, args: Mapping[str, Any], ref: str, wait: float
 ) -> StepView:
     """Submit (a repeat of the same ref returns the stored step, R2) and wait up to
     ``wait`` seconds for it to need the agent or end."""
@@ -170,7 +173,7 @@ async def submit_and_settle(
 
 
 async def correct(
-    client: AsyncClient, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
+    client: AsyncCalls, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
 ) -> StepView:
     """Corrected input for the step ``ref`` (the same operation_ref). A correction
     replayed after it was applied finds the step moved on and returns it as it is."""
@@ -187,15 +190,8 @@ async def correct(
 # ----------------------------------------------------------------------------- sync flow
 
 
-def settle_sync(client: Client, ref: str, wait: float) -> StepView:
-    try:
-        return client.wait(ref, timeout=wait)
-    except WaitTimeout:
-        return client.view(ref)
-
-
 def correct_sync(
-    client: Client, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
+    client: Calls, tool: str, ref: str, new_input: Mapping[str, Any], wait: float
 ) -> StepView:
     """:func:`correct` for synchronous callers."""
     view = client.view(ref)
@@ -205,16 +201,16 @@ def correct_sync(
         view = client.provide_input(ref, new_input)
     if view.needs_agent:
         return view
-    return settle_sync(client, ref, wait)
+    return client.settle(ref, wait)
 
 
 def submit_and_settle_sync(
-    client: Client, tool: str, args: Mapping[str, Any], ref: str, wait: float
+    client: Calls, tool: str, args: Mapping[str, Any], ref: str, wait: float
 ) -> StepView:
     view = client.submit_call(tool, args, ref).view
     if view.needs_agent:
         return view
-    return settle_sync(client, ref, wait)
+    return client.settle(ref, wait)
 
 
 def refusal_output(error: Exception, ref: str | None = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Helpers for the Anthropic Messages API (``pip install 'toolsafe[anthropic]'``): from a
 ``tool_use`` block to a toolsafe submit, and from the step to a ``tool_result`` block.
 
-    tools = toolsafe.integrations.anthropic.tools(registry)      # for messages.create
+    tools = toolsafe.integrations.anthropic.tools(client.catalogue())  # for messages.create
     results = await tool_results(client, message, conversation_id="conv_81")
     messages += [{"role": "assistant", "content": message.content},
                  {"role": "user", "content": results}]
@@ -25,24 +25,23 @@ from typing import Any, Final
 
 from anthropic.types import Message, ToolUseBlock
 
-from toolsafe.adapters.envelope import parse_result
+from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.adapters.mappings import to_anthropic_tool_result
 from toolsafe.adapters.registry import Registry
 from toolsafe.agents.definitions import anthropic_tools, tool_for_name
 from toolsafe.agents.refs import anthropic_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
-from toolsafe.tasks.async_client import AsyncClient
-from toolsafe.tasks.client import Client
+from toolsafe.tasks.calls import AsyncCalls, Calls
 from toolsafe.tasks.views import StepView
 
 ToolUse = ToolUseBlock | Mapping[str, Any]
 TOOL_RESULT: Final = "tool_result"
 
 
-def tools(registry: Registry) -> list[dict[str, Any]]:
-    """The Messages API ``tools``, each also taking the ``operation_ref`` of a call to
-    correct (see the module's docstring)."""
+def tools(registry: Catalogue | Registry) -> list[dict[str, Any]]:
+    """The Messages API ``tools`` of a client's catalogue (``client.catalogue()``), each
+    also taking the ``operation_ref`` of a call to correct (see the module's docstring)."""
     made = anthropic_tools(registry)
     for tool in made:
         tool["input_schema"] = _calls.with_ref_argument(tool["name"], tool["input_schema"])
@@ -57,7 +56,7 @@ def tool_result(view: StepView, tool_use_id: str) -> dict[str, Any]:
     """The ``tool_result`` block for a step: its envelope once it has one that agrees
     with its state, else the in-progress answer (never ``is_error`` for that)."""
     if _calls.turn_of(view) is not Turn.IN_PROGRESS and view.envelope is not None:
-        return to_anthropic_tool_result(parse_result(view.envelope), tool_use_id)
+        return to_anthropic_tool_result(view.envelope, tool_use_id)
     return _text_result(_calls.model_output(view), tool_use_id, error=False)
 
 
@@ -82,7 +81,7 @@ def _parts(block: ToolUse) -> tuple[str, str, dict[str, Any]]:
 
 
 async def submit_tool_use(
-    client: AsyncClient,
+    client: AsyncCalls,
     block: ToolUse,
     *,
     conversation_id: str,
@@ -92,7 +91,7 @@ async def submit_tool_use(
     """Submit one ``tool_use`` block (or send its correction) and give its
     ``tool_result`` block, waiting up to ``wait`` seconds for the step to settle."""
     call_id, name, args = _parts(block)
-    tool = tool_for_name(client.client.runtime.registry, name)
+    tool = tool_for_name(client.catalogue(), name)
     ref = operation_ref(call_id, conversation_id, namespace)
     try:
         correcting, payload = _calls.split_ref(tool, args)
@@ -107,7 +106,7 @@ async def submit_tool_use(
 
 
 def submit_tool_use_sync(
-    client: Client,
+    client: Calls,
     block: ToolUse,
     *,
     conversation_id: str,
@@ -116,7 +115,7 @@ def submit_tool_use_sync(
 ) -> dict[str, Any]:
     """:func:`submit_tool_use` for a synchronous agent loop."""
     call_id, name, args = _parts(block)
-    tool = tool_for_name(client.runtime.registry, name)
+    tool = tool_for_name(client.catalogue(), name)
     ref = operation_ref(call_id, conversation_id, namespace)
     try:
         correcting, payload = _calls.split_ref(tool, args)
@@ -137,7 +136,7 @@ def tool_uses(message: Message | Iterable[Any]) -> list[ToolUseBlock]:
 
 
 async def tool_results(
-    client: AsyncClient,
+    client: AsyncCalls,
     message: Message,
     *,
     conversation_id: str,

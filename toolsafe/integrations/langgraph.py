@@ -1,7 +1,8 @@
 """toolsafe tools for LangGraph (``pip install 'toolsafe[langgraph]'``).
 
 ``toolsafe_tools(client)`` gives one LangChain tool per registered tool, for a
-``ToolNode``:
+``ToolNode``, for any synchronous client (``Client`` in process, ``GatewayClient`` with
+an agent key):
 
 - each call is submitted under the operation_ref built from the ``ToolCall``'s id and
   the checkpointer's ``thread_id`` (``config["configurable"]["thread_id"]``): a graph
@@ -31,18 +32,27 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId
 from langgraph.types import interrupt
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict
 
-from toolsafe.adapters.protocol import model_json
 from toolsafe.agents.definitions import plain_name
 from toolsafe.agents.refs import langgraph_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.states import WAITING_ON_HUMAN
-from toolsafe.tasks.client import Client
+from toolsafe.tasks.calls import Calls
 from toolsafe.tasks.views import StepView
 
 CALL_ID: Final = "tool_call_id"
+
+
+class _Arguments(BaseModel):
+    """What LangChain validates a call against: the tool's own input passes as it came
+    (toolsafe checks it against the tool's schema on submit), plus the call id LangChain
+    injects (the model never sees it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tool_call_id: Annotated[str, InjectedToolCallId]
 
 
 class ToolsafeTool(BaseTool):
@@ -50,10 +60,16 @@ class ToolsafeTool(BaseTool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    client: Client
+    client: Calls
     tool: str
+    arguments_schema: dict[str, Any]
     namespace: str | None = None
     wait: float = DEFAULT_WAIT
+
+    @property
+    def tool_call_schema(self) -> dict[str, Any]:
+        """What the model is offered: the tool's input schema (from the catalogue)."""
+        return {**self.arguments_schema, "description": self.description}
 
     def operation_ref(self, tool_call_id: str, thread_id: str) -> str:
         return langgraph_ref(tool_call_id, thread_id, self.namespace)
@@ -67,8 +83,7 @@ class ToolsafeTool(BaseTool):
                 "['thread_id'], with a checkpointer): the operation_ref is built from it"
             )
         ref = self.operation_ref(call_id, thread)
-        adapter = self.client.runtime.registry.get(self.tool)
-        payload = model_json(adapter.input_model.model_validate(kwargs))
+        payload = dict(kwargs)
         try:
             view = _calls.submit_and_settle_sync(self.client, self.tool, payload, ref, self.wait)
             # The episodes this step already went through were answered by earlier
@@ -97,7 +112,7 @@ class ToolsafeTool(BaseTool):
                 "Command(resume={'input': {field: corrected value}})"
             )
         self.client.provide_input(ref, {**payload, **fields})
-        return _calls.settle_sync(self.client, ref, self.wait)
+        return self.client.settle(ref, self.wait)
 
     def _decide(self, ref: str, answer: object) -> StepView:
         approve = answer.get("approve") if isinstance(answer, Mapping) else None
@@ -110,36 +125,31 @@ class ToolsafeTool(BaseTool):
             )
         if approve:
             self.client.approve(ref, str(approver), str(reason))
-            return _calls.settle_sync(self.client, ref, self.wait)
+            return self.client.settle(ref, self.wait)
         return self.client.reject(ref, str(approver), str(reason))
 
 
 def toolsafe_tools(
-    client: Client,
+    client: Calls,
     *,
     namespace: str | None = None,
     wait: float = DEFAULT_WAIT,
     tools: Iterable[str] | None = None,
 ) -> list[BaseTool]:
     """The registered tools (or those named) as LangChain tools for a ``ToolNode``."""
-    registry = client.runtime.registry
+    registry = client.catalogue()
     names = tuple(tools) if tools is not None else registry.tools()
     made: list[BaseTool] = []
     for tool in names:
-        adapter = registry.get(tool)
-        # The input model, plus the call id LangChain injects (the model never sees it).
-        schema: type[BaseModel] = create_model(
-            f"{adapter.input_model.__name__}Call",
-            __base__=adapter.input_model,
-            **{CALL_ID: (Annotated[str, InjectedToolCallId], ...)},  # type: ignore[call-overload]
-        )
+        spec = registry.get(tool)
         made.append(
             ToolsafeTool(
                 name=plain_name(tool),
-                description=adapter.describe(),
-                args_schema=schema,
+                description=spec.description,
+                args_schema=_Arguments,
                 client=client,
                 tool=tool,
+                arguments_schema=dict(spec.input_schema),
                 namespace=namespace,
                 wait=wait,
             )

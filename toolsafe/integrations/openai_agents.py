@@ -1,6 +1,8 @@
 """toolsafe tools for the OpenAI Agents SDK (``pip install 'toolsafe[openai-agents]'``).
 
-``ToolsafeTools(client, scope=...)`` turns registered tools into async ``FunctionTool``s:
+``ToolsafeTools(client, scope=...)`` turns registered tools into async ``FunctionTool``s,
+for any asyncio client (``AsyncClient`` in process, ``AsyncGatewayClient`` with an
+agent key):
 
 - each call is submitted under the operation_ref derived from the SDK's ``call_id`` and
   ``scope`` (the run, thread or session id the application keeps across a replay), so a
@@ -32,7 +34,7 @@ from toolsafe.agents.refs import openai_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.states import StepState
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 from toolsafe.tasks.views import StepView
 
 REF_ARGUMENT: Final = _calls.REF_ARGUMENT
@@ -44,7 +46,7 @@ class ToolsafeTools:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncCalls,
         *,
         scope: str,
         namespace: str | None = None,
@@ -57,7 +59,7 @@ class ToolsafeTools:
         self.scope = scope
         self.namespace = namespace
         self.wait = wait
-        registry = client.client.runtime.registry
+        registry = client.catalogue()
         self.names = tuple(tools) if tools is not None else registry.tools()
         for name in self.names:
             registry.get(name)  # an unknown tool fails here, naming the known ones
@@ -69,7 +71,7 @@ class ToolsafeTools:
         return openai_ref(call_id, self.scope, self.namespace)
 
     def tools(self) -> list[Tool]:
-        registry = self.client.client.runtime.registry
+        registry = self.client.catalogue()
         return [
             self._tool(tool_for_name(registry, definition["name"]), definition)
             for definition in openai_responses_tools(registry)

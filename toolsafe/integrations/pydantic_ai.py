@@ -1,7 +1,9 @@
 """A Pydantic AI toolset whose tools go through toolsafe
 (``pip install 'toolsafe[pydantic-ai]'``).
 
-``ToolsafeToolset(client)`` is a ``FunctionToolset`` with one tool per registered tool:
+``ToolsafeToolset(client)`` is a ``FunctionToolset`` with one tool per registered tool,
+for any asyncio client (``AsyncClient`` in process, ``AsyncGatewayClient`` with an
+agent key):
 
 - each call is submitted under the operation_ref built from ``RunContext.tool_call_id``,
   the place of the model's response in the message history, and the conversation id
@@ -47,7 +49,7 @@ from toolsafe.agents.refs import pydantic_ai_ref
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.store import StepNotFound
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 from toolsafe.tasks.views import StepView
 
 REF_METADATA: Final = "operation_ref"
@@ -67,7 +69,7 @@ class ToolsafeToolset(FunctionToolset[Any]):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncCalls,
         *,
         namespace: str | None = None,
         wait: float = DEFAULT_WAIT,
@@ -78,8 +80,7 @@ class ToolsafeToolset(FunctionToolset[Any]):
         self.client = client
         self.namespace = namespace
         self.wait = wait
-        runtime = client.client.runtime
-        registry = runtime.registry
+        registry = client.catalogue()
         wanted = set(tools) if tools is not None else set(registry.tools())
         for name in wanted:
             registry.get(name)  # an unknown tool fails here, naming the known ones
@@ -99,7 +100,9 @@ class ToolsafeToolset(FunctionToolset[Any]):
             )
             # Pydantic AI counts the retries it asks of the model (input corrections here)
             # per tool; toolsafe's own limit on executions is the one that decides.
-            made.max_retries = runtime.policy_for(tool).retry.max_attempts
+            limit = registry.get(tool).max_attempts
+            if limit is not None:
+                made.max_retries = limit
             self.add_tool(made)
 
     # ------------------------------------------------------------------ refs

@@ -20,7 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
 from toolsafe.mcp.server import ToolsafeMCP
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 
 SCOPE_KEY: Final = "toolsafe.mcp.caller"
 
@@ -55,7 +55,7 @@ class StreamableMCP:
     """The ASGI app for ``/mcp``; :meth:`running` must wrap the hosting app's life."""
 
     def __init__(
-        self, client: AsyncClient, *, wait: float, max_body: int, loopback_only: bool = False
+        self, client: AsyncCalls, *, wait: float, max_body: int, loopback_only: bool = False
     ) -> None:
         self.mcp = ToolsafeMCP(client, wait=wait, namespace_of=_namespace, actor_of=_actor)
         # Without keys (the gateway's development mode, loopback only) a web page could

@@ -9,6 +9,7 @@ from typing import Final
 
 from mcp_types import CallToolResult, TextContent
 
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.agents.progress import in_progress, in_progress_text
 from toolsafe.tasks.views import StepView
 
@@ -37,8 +38,8 @@ def call_tool_result(view: StepView) -> CallToolResult:
         raise ValueError(f"step {view.operation_ref} is {view.state} without an envelope")
     return CallToolResult(
         content=[TextContent(type="text", text=view.text)],
-        structured_content=envelope,
-        is_error=envelope.get("ok") is not True,
+        structured_content=to_wire(envelope),
+        is_error=envelope.ok is not True,
         meta=_meta(view),
     )
 

@@ -37,7 +37,7 @@ from toolsafe.mcp.results import call_tool_result, refusal_result
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import StepView
 
@@ -73,7 +73,7 @@ class ToolsafeMCP:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncCalls,
         *,
         wait: float,
         namespace_of: NamespaceOf = _no_namespace,
@@ -109,7 +109,7 @@ class ToolsafeMCP:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        registry = self.client.client.runtime.registry
+        registry = self.client.catalogue()
         return ListToolsResult(tools=[Tool.model_validate(tool) for tool in mcp_tools(registry)])
 
     def _session_scope(self, ctx: ServerRequestContext[Any, Any]) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.gateway.harness import ROOT, GatewayServer, bearer, gateway_for, make_key
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.gateway.client import AsyncGatewayClient, GatewayClient, GatewayError
 from toolsafe.recovery.outcomes import TransitionRefused
@@ -257,7 +258,9 @@ def test_an_operator_resolves_to_succeeded_only_with_evidence(setup: Setup) -> N
         assert refused.value.code == "EVIDENCE_REQUIRED"
         closed = ops.resolve(full, "succeeded", "oncall", "seen in billing", evidence="inv_81")
     assert closed.state is StepState.SUCCEEDED and closed.ui_group == "resolved by an operator"
-    assert closed.envelope is not None and closed.envelope["result"]["evidence"] == "inv_81"
+    assert (
+        closed.envelope is not None and to_wire(closed.envelope)["result"]["evidence"] == "inv_81"
+    )
     assert "toolsafe did not verify it" in closed.text
     [event] = [e for e in setup.cluster.client.runtime.store.events(full) if e.kind == "resolved"]
     assert (event.detail["evidence"], event.detail["operator"]) == ("inv_81", "oncall (key:ops)")

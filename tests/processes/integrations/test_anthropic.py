@@ -19,7 +19,7 @@ from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
 from toolsafe.agents.refs import anthropic_ref
 from toolsafe.integrations.anthropic import tool_results, tools
-from toolsafe.tasks.async_client import AsyncClient
+from toolsafe.tasks.calls import AsyncCalls
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -86,12 +86,12 @@ def text(words: str) -> Reply:
 
 
 async def conversation(
-    endpoint: ScriptedMessages, client: AsyncClient, conversation_id: str, prompt: str
+    endpoint: ScriptedMessages, client: AsyncCalls, conversation_id: str, prompt: str
 ) -> None:
     """The usual Messages loop, with toolsafe's helpers between the turns."""
     model = anthropic.AsyncAnthropic(base_url=endpoint.url, api_key="unused", max_retries=0)
     history: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    offered = tools(client.client.runtime.registry)
+    offered = tools(client.catalogue())
     try:
         while True:
             message = await model.messages.create(
@@ -118,7 +118,7 @@ def received_result(body: dict[str, Any], call_id: str) -> tuple[dict[str, Any],
 def test_tool_use_to_tool_result_and_a_replayed_tool_use_writes_nothing_again(
     cluster: Cluster, endpoint: ScriptedMessages, processes: Processes
 ) -> None:
-    ref = anthropic_ref("toolu_inv1", "an_conv1")
+    ref = processes.scoped(anthropic_ref("toolu_inv1", "an_conv1"))
     for _ in range(2):
         endpoint.replies += [tool_use("create_invoice", INVOICE, "toolu_inv1"), text("Done.")]
     asyncio.run(conversation(endpoint, processes.aio("first"), "an_conv1", "Bill cus_an"))
@@ -137,7 +137,7 @@ def test_a_correction_names_the_ref_and_keeps_it(
     cluster: Cluster, endpoint: ScriptedMessages, processes: Processes
 ) -> None:
     email = {"recipient_email": "di@mail.invalid", "subject": "Hi"}
-    ref = anthropic_ref("toolu_em1", "an_conv2")
+    ref = processes.scoped(anthropic_ref("toolu_em1", "an_conv2"))
 
     def corrected(body: dict[str, Any]) -> list[dict[str, Any]]:
         envelope, _ = received_result(body, "toolu_em1")

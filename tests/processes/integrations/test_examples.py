@@ -49,7 +49,7 @@ def test_each_example_runs_as_written(
 ) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
     main = runpy.run_path(str(EXAMPLES / name))["main"]
-    called = main(processes.client("examples"))
+    called = main(processes.local("examples"))
     if inspect.iscoroutine(called):
         asyncio.run(called)
     output = capsys.readouterr().out

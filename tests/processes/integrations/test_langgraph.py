@@ -25,7 +25,7 @@ from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
 from toolsafe.agents.refs import langgraph_ref
 from toolsafe.integrations.langgraph import toolsafe_tools
-from toolsafe.tasks.client import Client
+from toolsafe.tasks.calls import Calls
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -39,7 +39,7 @@ def tool_call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
 class Process:
     """What one agent process holds: a client, a checkpointer connection, the graph."""
 
-    def __init__(self, client: Client, path: Path, replies: list[AIMessage]) -> None:
+    def __init__(self, client: Calls, path: Path, replies: list[AIMessage]) -> None:
         self.client = client
         self.connection = sqlite3.connect(path, check_same_thread=False)
         self.received: list[list[BaseMessage]] = []
@@ -79,8 +79,9 @@ def start(
     one checkpoint file per test) with the model's scripted replies."""
     started: list[Process] = []
 
-    def begin(name: str, replies: list[AIMessage]) -> Process:
-        process = Process(processes.client(name), tmp_path / "checkpoints.db", replies)
+    def begin(name: str, replies: list[AIMessage], approver: bool = False) -> Process:
+        client = processes.client(name, approver=approver)
+        process = Process(client, tmp_path / "checkpoints.db", replies)
         started.append(process)
         return process
 
@@ -94,12 +95,12 @@ def config(thread: str) -> RunnableConfig:
 
 
 def test_a_graph_replayed_from_its_checkpoint_does_not_resubmit(
-    cluster: Cluster, start: Callable[[str, list[AIMessage]], Process]
+    cluster: Cluster, processes: Processes, start: Callable[[str, list[AIMessage]], Process]
 ) -> None:
     first = start("first", [tool_call("create_invoice", INVOICE, "lg_inv1"),
                                   AIMessage("Invoiced.")])  # fmt: skip
     first.graph.invoke({"messages": [HumanMessage("Bill cus_lg")]}, config("lg_t1"))
-    ref = langgraph_ref("lg_inv1", "lg_t1")
+    ref = processes.scoped(langgraph_ref("lg_inv1", "lg_t1"))
     envelope, status = first.tool_answer("lg_inv1")
     assert envelope["ok"] is True and envelope["operation_ref"] == ref and status == "success"
     assert cluster.effects(ref) == 1
@@ -119,9 +120,9 @@ def test_a_graph_replayed_from_its_checkpoint_does_not_resubmit(
 
 
 def test_approval_interrupts_and_command_resume_records_the_decision(
-    cluster: Cluster, start: Callable[[str, list[AIMessage]], Process]
+    cluster: Cluster, processes: Processes, start: Callable[..., Process]
 ) -> None:
-    ref = langgraph_ref("lg_ap1", "lg_t2")
+    ref = processes.scoped(langgraph_ref("lg_ap1", "lg_t2"))
     cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     first = start("first", [tool_call("create_invoice", INVOICE, "lg_ap1")])
     paused = first.graph.invoke({"messages": [HumanMessage("Bill")]}, config("lg_t2"))
@@ -131,8 +132,8 @@ def test_approval_interrupts_and_command_resume_records_the_decision(
     assert request.value["envelope"]["code"] == "MISSING_APPROVAL"
     assert cluster.effects(ref) == 0 and len(first.received) == 1
 
-    # The approver answers later; a fresh process resumes the thread.
-    second = start("second", [AIMessage("Invoiced after approval.")])
+    # The approver answers later; a fresh process (the approver's) resumes the thread.
+    second = start("second", [AIMessage("Invoiced after approval.")], approver=True)
     decision = {"approve": True, "approver": "carol", "reason": "signed off"}
     done = second.graph.invoke(Command(resume=decision), config("lg_t2"))
     assert done["messages"][-1].content == "Invoiced after approval."
@@ -140,14 +141,14 @@ def test_approval_interrupts_and_command_resume_records_the_decision(
     assert envelope["ok"] is True and envelope["operation_ref"] == ref and status == "success"
     assert cluster.effects(ref) == 1
     approved = [e for e in cluster.client.runtime.store.events(ref) if e.kind == "approved"]
-    assert [e.detail["approver"] for e in approved] == ["carol"]
+    assert [e.detail["approver"] for e in approved] == [processes.recorded("carol")]
 
 
 def test_needs_input_interrupts_and_the_corrected_input_keeps_the_ref(
-    cluster: Cluster, start: Callable[[str, list[AIMessage]], Process]
+    cluster: Cluster, processes: Processes, start: Callable[[str, list[AIMessage]], Process]
 ) -> None:
     email = {"recipient_email": "cy@mail.invalid", "subject": "Hello"}
-    ref = langgraph_ref("lg_em1", "lg_t3")
+    ref = processes.scoped(langgraph_ref("lg_em1", "lg_t3"))
     first = start("first", [tool_call("send_email", email, "lg_em1")])
     paused = first.graph.invoke({"messages": [HumanMessage("Mail cy")]}, config("lg_t3"))
     [request] = paused["__interrupt__"]

@@ -100,7 +100,7 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
         ]
 
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_1")
-    ref = tools.operation_ref("call_inv1")
+    ref = processes.scoped(tools.operation_ref("call_inv1"))
     model = ScriptedModel(script())
     result = run(agent_with(tools, model), "Bill cus_oa 12 EUR")
     assert result.final_output == "Invoice created."
@@ -112,7 +112,8 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
     # The process died before the answer was kept: a fresh client replays the same
     # history, the model issues the same call_id, and gets the stored envelope back.
     replay_tools = ToolsafeTools(processes.aio("second"), scope="oa_run_1")
-    assert replay_tools.operation_ref("call_inv1") == ref == openai_ref("call_inv1", "oa_run_1")
+    made = replay_tools.operation_ref("call_inv1")
+    assert made == tools.operation_ref("call_inv1") == openai_ref("call_inv1", "oa_run_1")
     replayed = ScriptedModel(script())
     run(agent_with(replay_tools, replayed), "Bill cus_oa 12 EUR")
     assert outputs(replayed.received[1])["call_inv1"] == first
@@ -133,7 +134,7 @@ def test_needs_input_lets_the_model_correct_under_the_same_ref(
                      "call_em2")]  # fmt: skip
 
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_2")
-    ref = tools.operation_ref("call_em1")
+    ref = processes.scoped(tools.operation_ref("call_em1"))
     model = ScriptedModel(
         [lambda seen: [call("send_email", email, "call_em1")], correct,
          lambda seen: [say("Sent.")]]
@@ -145,7 +146,7 @@ def test_needs_input_lets_the_model_correct_under_the_same_ref(
     corrected = outputs(model.received[2])["call_em2"]
     assert corrected["ok"] is True and corrected["operation_ref"] == ref
     assert cluster.effects(ref) == 1
-    assert cluster.effects(tools.operation_ref("call_em2")) == 0
+    assert cluster.effects(processes.scoped(tools.operation_ref("call_em2"))) == 0
     assert StepState.NEEDS_INPUT in cluster.states(ref)
 
 
@@ -153,7 +154,9 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
     cluster: Cluster, processes: Processes
 ) -> None:
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_3")
-    approved, rejected = tools.operation_ref("call_ap1"), tools.operation_ref("call_ap2")
+    approved, rejected = (
+        processes.scoped(tools.operation_ref(c)) for c in ("call_ap1", "call_ap2")
+    )
     for ref in (approved, rejected):
         cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     big = {**INVOICE, "amount_cents": 990_000}
@@ -170,7 +173,7 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
 
     # The approver decides in another process: the run's state travels as JSON.
     saved = result.to_state().to_string()
-    decider = ToolsafeTools(processes.aio("second"), scope="oa_run_3")
+    decider = ToolsafeTools(processes.aio("second", approver=True), scope="oa_run_3")
     resumed_agent = agent_with(decider, model)
     state = asyncio.run(RunState.from_string(resumed_agent, saved))
     for item in state.get_interruptions():
@@ -186,7 +189,7 @@ def test_approval_interrupts_the_run_and_resumes_with_the_decision_recorded(
     assert cluster.effects(approved) == 1 and cluster.effects(rejected) == 0
     store = cluster.client.runtime.store
     decisions = {e.kind: e.detail for ref in (approved, rejected) for e in store.events(ref)}
-    assert decisions["approved"]["approver"] == "alice"
+    assert decisions["approved"]["approver"] == processes.recorded("alice")
     assert decisions["rejected"]["reason"] == "duplicate"
 
 
@@ -194,7 +197,7 @@ def test_a_step_still_waiting_to_retry_is_reported_in_progress_not_as_an_error(
     cluster: Cluster, processes: Processes
 ) -> None:
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_4", wait=0.5)
-    ref = tools.operation_ref("call_rl1")
+    ref = processes.scoped(tools.operation_ref("call_rl1"))
     cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=2)
     model = ScriptedModel(
         [lambda seen: [call("create_invoice", INVOICE, "call_rl1")],
@@ -213,7 +216,7 @@ def test_input_refused_at_submit_is_answered_in_band_and_nothing_is_stored(
     cluster: Cluster, processes: Processes
 ) -> None:
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_5")
-    ref = tools.operation_ref("call_bad1")
+    ref = processes.scoped(tools.operation_ref("call_bad1"))
     model = ScriptedModel(
         [lambda seen: [call("create_invoice", {**INVOICE, "currency": "eur"}, "call_bad1")],
          lambda seen: [say("I will fix the currency.")]]
@@ -231,7 +234,7 @@ def test_a_decision_an_operator_recorded_in_toolsafe_resumes_the_run(
     cluster: Cluster, processes: Processes
 ) -> None:
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_6")
-    ref = tools.operation_ref("call_op1")
+    ref = processes.scoped(tools.operation_ref("call_op1"))
     cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     model = ScriptedModel(
         [lambda seen: [call("create_invoice", INVOICE, "call_op1")], lambda seen: [say("Ok.")]]

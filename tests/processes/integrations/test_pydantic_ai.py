@@ -98,7 +98,7 @@ def test_a_call_succeeds_and_a_replay_after_a_crash_writes_nothing_again(
     assert result.output == "Invoiced."
     envelope = returned(first.last_parts(1))["pa_inv1"]
     # The first response of the history is message 1 (after the user prompt).
-    ref = pydantic_ai_ref("pa_inv1-m1", "pa_conv1")
+    ref = processes.scoped(pydantic_ai_ref("pa_inv1-m1", "pa_conv1"))
     assert envelope["ok"] is True and envelope["operation_ref"] == ref
     assert cluster.effects(ref) == 1
 
@@ -133,7 +133,7 @@ def test_needs_input_is_a_model_retry_and_the_correction_keeps_the_ref(
     # Only the safe agent text and the flagged fields: no input value reaches the model.
     assert "recipient_email" in retry.content
     assert "bo@mail.invalid" not in retry.content and "b0dy-secret" not in retry.content
-    ref = pydantic_ai_ref("pa_em1-m1", "pa_c2")
+    ref = processes.scoped(pydantic_ai_ref("pa_em1-m1", "pa_c2"))
     envelope = returned(script.last_parts(2))["pa_em2"]
     assert envelope["ok"] is True and envelope["operation_ref"] == ref
     assert cluster.effects(ref) == 1
@@ -143,8 +143,8 @@ def test_needs_input_is_a_model_retry_and_the_correction_keeps_the_ref(
 def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     cluster: Cluster, processes: Processes
 ) -> None:
-    approved = pydantic_ai_ref("pa_ap1-m1", "pa_c3")
-    rejected = pydantic_ai_ref("pa_ap2-m1", "pa_c3")
+    approved = processes.scoped(pydantic_ai_ref("pa_ap1-m1", "pa_c3"))
+    rejected = processes.scoped(pydantic_ai_ref("pa_ap2-m1", "pa_c3"))
     for ref in (approved, rejected):
         cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     script = Script(
@@ -160,9 +160,8 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     assert requests.metadata["pa_ap1"]["operation_ref"] == approved
     assert len(script.received) == 1 and cluster.effects(approved) == 0
 
-    resumer = ToolsafeToolset(
-        processes.aio("second")
-    )  # the decision comes later, in another process
+    # The decision comes later, in another process: the approver's.
+    resumer = ToolsafeToolset(processes.aio("second", approver=True))
     results = asyncio.run(
         resumer.approval_results(
             requests,
@@ -182,13 +181,13 @@ def test_approval_defers_the_call_and_the_run_resumes_from_the_deferred_results(
     denied = [p for p in script.last_parts(1) if getattr(p, "tool_call_id", "") == "pa_ap2"]
     assert denied and '"operation_ref":"' + rejected in str(denied[0].content)
     kinds = {e.kind: e.detail for e in cluster.client.runtime.store.events(approved)}
-    assert kinds["approved"]["approver"] == "bob"
+    assert kinds["approved"]["approver"] == processes.recorded("bob")
 
 
 def test_a_step_being_verified_returns_in_progress_and_is_never_a_model_retry(
     cluster: Cluster, processes: Processes
 ) -> None:
-    ref = pydantic_ai_ref("pa_ver1-m1", "pa_c4")
+    ref = processes.scoped(pydantic_ai_ref("pa_ver1-m1", "pa_c4"))
     # The write is stored, the answer lost (502), and the lookup is down: verifying.
     cluster.fault(fault="error_after_store", operation_ref=ref)
     cluster.fault(fault="lookup_down", operation_ref=ref, times=None)

@@ -146,7 +146,7 @@ def test_calls_replays_and_tasks_across_server_restarts(
             assert result is not None and result.is_error is False
             stored = cluster.client.view(replayed_ref)
             assert stored.state is StepState.SUCCEEDED
-            assert structured(result) == stored.envelope
+            assert structured(result) == stored.envelope_json()
 
             for task_ref in (done_ref, approval_ref, unknown_ref):
                 created = await session.call_tool(
@@ -185,14 +185,14 @@ def test_calls_replays_and_tasks_across_server_restarts(
                     await anyio.sleep(0.1)
             result = answer_of(task)
             assert result is not None and result.is_error is False
-            assert structured(result) == cluster.client.view(done_ref).envelope
+            assert structured(result) == cluster.client.view(done_ref).envelope_json()
             again = answer_of(await get_task(session, replayed_ref))
             assert again is not None and structured(again) == stored_envelope()
             with pytest.raises(MCPError, match="no task"):
                 await get_task(session, "mcp-t/never-made")
 
     def stored_envelope() -> object:
-        return cluster.client.view(replayed_ref).envelope
+        return cluster.client.view(replayed_ref).envelope_json()
 
     anyio.run(after_restart)
     assert cluster.effects(done_ref) == 1

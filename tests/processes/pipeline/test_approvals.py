@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.adapters.examples.downstream_state import Record
 from toolsafe.recovery.canonical import input_hash
 from toolsafe.recovery.schema import steps
@@ -43,7 +44,7 @@ def test_the_approved_execution_carries_the_approval_reference(cluster: Cluster)
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.AWAITING_APPROVAL, cluster.logs()
-    assert view.envelope is not None and view.envelope["code"] == "MISSING_APPROVAL"
+    assert view.envelope is not None and to_wire(view.envelope)["code"] == "MISSING_APPROVAL"
     assert cluster.effects(ref) == 0
 
     cluster.client.approve(ref, approver="alice", reason="customer confirmed by phone")

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from tests.support.recovery.envelope_agreement import assert_agrees
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.views import StepView
 
@@ -37,7 +38,7 @@ def _agrees(cluster: Cluster, view: StepView) -> None:
         reason=step.reason,
         flagged=step.flagged_fields,
         operation_ref=step.operation_ref,
-        shown=view.envelope,
+        shown=view.envelope_json(),
     )
 
 
@@ -50,10 +51,10 @@ def test_escalated_after_the_lookup_stayed_down(cluster: Cluster) -> None:
     assert view.state is S.ESCALATED, cluster.logs()
     _agrees(cluster, view)
     assert view.envelope is not None
-    assert (view.envelope["code"], view.envelope["next_action"]) == (
+    assert (to_wire(view.envelope)["code"], to_wire(view.envelope)["next_action"]) == (
         "LOOKUP_UNAVAILABLE", "escalate",
     )  # fmt: skip
-    assert "checking" not in view.envelope["user_message"].lower()
+    assert "checking" not in to_wire(view.envelope)["user_message"].lower()
     # The adapter's OUTCOME_UNKNOWN stays in the history.
     codes = [entry.detail.get("code") for entry in view.history if entry.kind == "executed"]
     assert codes == ["OUTCOME_UNKNOWN"]
@@ -70,6 +71,6 @@ def test_rejected_after_an_approval_request(cluster: Cluster) -> None:
     failed = cluster.client.reject(ref, approver="alice", reason="not this customer")
     assert failed.state is S.FAILED
     _agrees(cluster, failed)
-    assert failed.envelope is not None and failed.envelope["code"] == "REJECTED"
-    assert "approval" not in failed.envelope["user_message"].lower()
+    assert failed.envelope is not None and to_wire(failed.envelope)["code"] == "REJECTED"
+    assert "approval" not in to_wire(failed.envelope)["user_message"].lower()
     assert cluster.effects(ref) == 0

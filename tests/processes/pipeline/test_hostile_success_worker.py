@@ -29,6 +29,7 @@ from sqlalchemy import select
 from tests.support.gateway.harness import GatewayServer, bearer, gateway_for, make_key
 from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
 from tests.support.recovery.store_support import sql_store
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 
@@ -63,7 +64,7 @@ def test_hostile_success_is_cleaned_before_it_is_stored(cluster: Cluster) -> Non
     view = cluster.client.wait(ref, timeout=30)
     assert view.state is StepState.SUCCEEDED, cluster.logs()
     assert view.envelope is not None
-    result = view.envelope["result"]
+    result = to_wire(view.envelope)["result"]
     assert result["id"] == "inv_777" and result["amount_cents"] == 4200
     assert result["customer_id"] == "[REMOVED:instructions]"  # replaced by a marker
     assert result["created_at"] is None  # over the model's length: dropped, noted
@@ -108,7 +109,7 @@ def test_a_text_field_with_instructions_is_replaced_by_a_marker(cluster: Cluster
     view = cluster.client.wait(ref, timeout=30)
     assert view.state is StepState.SUCCEEDED, cluster.logs()
     assert view.envelope is not None
-    assert view.envelope["result"]["customer_id"] == "[REMOVED:instructions]"
+    assert to_wire(view.envelope)["result"]["customer_id"] == "[REMOVED:instructions]"
     history = next(entry for entry in view.history if entry.kind == "executed")
     assert history.detail["redactions"] == "result.customer_id:instructions"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS
@@ -39,9 +40,9 @@ def test_success_with_evidence(cluster: Cluster) -> None:
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.SUCCEEDED, cluster.logs()
     assert view.commit_state == "committed"
-    assert view.envelope is not None and view.envelope["ok"] is True
-    assert view.envelope["verification"]["checked_at"]
-    assert view.envelope["result"]["customer_id"] == "cus_1"
+    assert view.envelope is not None and to_wire(view.envelope)["ok"] is True
+    assert to_wire(view.envelope)["verification"]["checked_at"]
+    assert to_wire(view.envelope)["result"]["customer_id"] == "cus_1"
     assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.SUCCEEDED]
     assert cluster.effects(ref) == 1
     # Submitting the same call again returns the same step and runs nothing.
@@ -58,7 +59,9 @@ def test_invalid_recipient_needs_input_then_corrected(cluster: Cluster) -> None:
     assert view.state is S.NEEDS_INPUT, cluster.logs()
     assert view.ui_group == "waiting for input"
     assert view.fields == ("recipient_email",)
-    assert view.envelope is not None and view.envelope["code"] == "INVALID_RECIPIENT_ADDRESS"
+    assert (
+        view.envelope is not None and to_wire(view.envelope)["code"] == "INVALID_RECIPIENT_ADDRESS"
+    )
     assert "recipient_email" in view.text
     with pytest.raises(TransitionRefused):
         cluster.client.provide_input(ref, bad)  # identical input
@@ -216,7 +219,7 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
     closed = cluster.client.view(ref)
     assert closed.state is S.SUCCEEDED and closed.ui_group == "resolved by an operator"
     assert closed.envelope is not None
-    assert closed.envelope["verification"]["evidence_ref"] == "billing/inv_81"
+    assert to_wire(closed.envelope)["verification"]["evidence_ref"] == "billing/inv_81"
     again = subprocess.run(
         [sys.executable, "-m", "toolsafe", "escalations", "redrive", ref, "--reason", "x"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,

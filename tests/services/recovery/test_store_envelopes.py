@@ -26,7 +26,7 @@ from tests.support.recovery.store_support import (
     retry_later,
     unknown,
 )
-from toolsafe.adapters.envelope import ToolError
+from toolsafe.adapters.envelope import ToolError, to_wire
 from toolsafe.adapters.protocol import LookupNotFound, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
@@ -56,10 +56,10 @@ def _shown(store: StepStore, ref: str) -> dict[str, object]:
         reason=step.reason,
         flagged=step.flagged_fields,
         operation_ref=ref,
-        shown=view.envelope,
+        shown=view.envelope_json(),
     )
     assert view.envelope is not None
-    return view.envelope
+    return to_wire(view.envelope)
 
 
 def _execute(
@@ -199,7 +199,7 @@ class AgreeingMachine(StoreMachine):
                 reason=step.reason,
                 flagged=step.flagged_fields,
                 operation_ref=step.operation_ref,
-                shown=build_view(step).envelope,
+                shown=build_view(step).envelope_json(),
             )
 
 

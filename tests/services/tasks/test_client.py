@@ -17,6 +17,7 @@ import redis
 from tests.support.fixtures import invalid_recipient_address
 from tests.support.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
 from tests.support.recovery.store_support import create_step
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -215,8 +216,8 @@ def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
     view = cluster.client.view(ref)
     assert view.state is StepState.NEEDS_INPUT
     assert view.envelope is not None
-    assert set(view.envelope) <= set(SAFE_ENVELOPE_FIELDS)
-    assert view.envelope["code"] == envelope.code
+    assert set(to_wire(view.envelope)) <= set(SAFE_ENVELOPE_FIELDS)
+    assert to_wire(view.envelope)["code"] == envelope.code
     data = view.as_dict()
     assert json.loads(json.dumps(data))["state"] == "needs_input"
 

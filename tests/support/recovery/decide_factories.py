@@ -1,4 +1,5 @@
-"""Builders shared by the decision-function tests: steps as stored, envelopes, lookups."""
+"""Builders shared by the decision-function tests: steps as stored, and
+``toolsafe.testing.envelopes`` at the step's ref and the tests' fixed ``NOW``."""
 
 from __future__ import annotations
 
@@ -7,22 +8,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from toolsafe.adapters.envelope import (
-    AnySuccess,
-    Category,
-    CommitState,
-    Directive,
-    NextAction,
-    Retry,
-    ToolError,
-    ToolSuccess,
-    Verification,
-)
+from toolsafe.adapters.envelope import AnySuccess, NextAction, ToolError
 from toolsafe.recovery.canonical import input_hash
 from toolsafe.recovery.decide import decide
 from toolsafe.recovery.outcomes import Decision, Outcome, StepSnapshot
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.states import StepState
+from toolsafe.testing import envelopes
 
 NOW = datetime(2026, 11, 30, 9, 15, 0, tzinfo=UTC)
 REF = "run_81/step_4"
@@ -56,71 +48,30 @@ def step(state: StepState = StepState.IN_FLIGHT, **changes: Any) -> StepSnapshot
     return replace(base, **changes)
 
 
-def error(
-    *,
-    code: str = "SOME_ERROR",
-    category: Category = "validation",
-    commit_state: CommitState = "not_committed",
-    directive: Directive = "never",
-    next_action: NextAction = "escalate",
-    remaining: int = 3,
-    not_before: datetime | None = None,
-    details: dict[str, str | int | float | bool] | None = None,
-    operation_ref: str = REF,
-) -> ToolError:
-    return ToolError(
-        code=code,
-        category=category,
-        commit_state=commit_state,
-        retry=Retry(directive=directive, not_before=not_before, max_attempts_remaining=remaining),
-        next_action=next_action,
-        operation_ref=operation_ref,
-        safe_details=details or {},
-        agent_message="Something happened.",
-        user_message="Something happened.",
-    )
+def error(*, operation_ref: str = REF, **fields: Any) -> ToolError:
+    """``toolsafe.testing.envelopes.error`` for the step above (``REF``)."""
+    said = {"code": "SOME_ERROR", "agent_message": "Something happened.",
+            "user_message": "Something happened."}  # fmt: skip
+    return envelopes.error(operation_ref, **{**said, **fields})
 
 
 def unknown(next_action: NextAction = "verify_operation", **kw: Any) -> ToolError:
-    fields: dict[str, Any] = {
-        "code": "OUTCOME_UNKNOWN",
-        "category": "dependency",
-        "commit_state": "unknown",
-        "directive": "never",
-        "next_action": next_action,
-        "remaining": 0,
-    }
-    return error(**{**fields, **kw})
+    return envelopes.unknown(kw.pop("operation_ref", REF), next_action=next_action, **kw)
 
 
 def correct_input(fields: str = "recipient_email", remaining: int = 1, **kw: Any) -> ToolError:
-    defaults: dict[str, Any] = {
-        "code": "INVALID_RECIPIENT_ADDRESS",
-        "directive": "after_input_fix",
-        "next_action": "correct_input",
-        "remaining": remaining,
-        "details": {"fields": fields},
-    }
-    return error(**{**defaults, **kw})
+    return envelopes.correct_input(kw.pop("operation_ref", REF), fields, remaining, **kw)
 
 
 def wait_and_retry(not_before: datetime | None = None, remaining: int = 3, **kw: Any) -> ToolError:
-    defaults: dict[str, Any] = {
-        "code": "RATE_LIMITED",
-        "category": "dependency",
-        "directive": "after_delay",
-        "next_action": "wait_and_retry",
-        "not_before": not_before or NOW + timedelta(seconds=60),
-        "remaining": remaining,
-    }
-    return error(**{**defaults, **kw})
+    """A rate limit due a minute after ``NOW`` unless told otherwise."""
+    due = not_before or NOW + timedelta(seconds=60)
+    return envelopes.retry_later(kw.pop("operation_ref", REF), due, remaining, **kw)
 
 
 def success(evidence_ref: str | None = "invoice/INV-1", operation_ref: str = REF) -> AnySuccess:
-    return ToolSuccess[Any](
-        operation_ref=operation_ref,
-        result={"invoice_id": "INV-1"},
-        verification=Verification(checked_at=NOW, evidence_ref=evidence_ref),
+    return envelopes.success(
+        operation_ref, evidence_ref, checked_at=NOW, result={"invoice_id": "INV-1"}
     )
 
 

@@ -1,5 +1,5 @@
-"""Helpers for the store tests: envelopes of each kind, traits, a row crafted by hand, and
-the test-only reads and shortcuts the store itself does not ship."""
+"""Helpers for the store tests: traits, a row crafted by hand, and the test-only reads
+and shortcuts the store itself does not ship. The envelopes are toolsafe.testing's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from sqlalchemy import func, select, update
 
-from toolsafe.adapters.envelope import AnySuccess, Retry, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.envelope import AnySuccess
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits
 from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.schema import step_events, steps
@@ -18,6 +18,12 @@ from toolsafe.recovery.store import StepRecord
 from toolsafe.recovery.store.sql import StepStore
 from toolsafe.recovery.store.sql.feed import ChangeFeed
 from toolsafe.tasks.runtime import Runtime
+from toolsafe.testing import envelopes
+from toolsafe.testing.envelopes import correct_input as correct_input
+from toolsafe.testing.envelopes import escalate as escalate
+from toolsafe.testing.envelopes import needs_approval as needs_approval
+from toolsafe.testing.envelopes import retry_later as retry_later
+from toolsafe.testing.envelopes import unknown as unknown
 
 T0: Final = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE: Final = timedelta(seconds=30)
@@ -29,76 +35,8 @@ INPUT: Final[dict[str, Any]] = {"recipient_email": "a@example.com", "amount": 12
 
 
 def success(ref: str, evidence: str = "inv_1") -> AnySuccess:
-    return ToolSuccess(
-        operation_ref=ref,
-        result={"invoice_id": evidence},
-        verification=Verification(checked_at=T0, evidence_ref=evidence),
-    )
-
-
-def _error(ref: str, **fields: Any) -> ToolError:
-    fields.setdefault("safe_details", {})
-    return ToolError(
-        operation_ref=ref, agent_message="factual note", user_message="status", **fields
-    )
-
-
-def unknown(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="OUTCOME_UNKNOWN",
-        category="dependency",
-        commit_state="unknown",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="verify_operation",
-    )
-
-
-def retry_later(ref: str, not_before: datetime, remaining: int = 3) -> ToolError:
-    return _error(
-        ref,
-        code="RATE_LIMITED",
-        category="dependency",
-        commit_state="not_committed",
-        retry=Retry(
-            directive="after_delay", not_before=not_before, max_attempts_remaining=remaining
-        ),
-        next_action="wait_and_retry",
-    )
-
-
-def correct_input(ref: str, field: str = "recipient_email") -> ToolError:
-    return _error(
-        ref,
-        code="INVALID_RECIPIENT_ADDRESS",
-        category="validation",
-        commit_state="not_committed",
-        retry=Retry(directive="after_input_fix", max_attempts_remaining=1),
-        next_action="correct_input",
-        safe_details={"field": field},
-    )
-
-
-def needs_approval(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="MISSING_APPROVAL",
-        category="authorization",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=1),
-        next_action="request_approval",
-    )
-
-
-def escalate(ref: str) -> ToolError:
-    return _error(
-        ref,
-        code="VERSION_CONFLICT",
-        category="conflict",
-        commit_state="not_committed",
-        retry=Retry(directive="never", max_attempts_remaining=0),
-        next_action="escalate",
-    )
+    """``toolsafe.testing.envelopes.success`` checked at ``T0`` (reproducible rows)."""
+    return envelopes.success(ref, evidence, checked_at=T0)
 
 
 def create_step(

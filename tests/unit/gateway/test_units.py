@@ -11,13 +11,13 @@ import pytest
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.gateway.auth import Principal
 from toolsafe.gateway.cli import is_loopback
-from toolsafe.gateway.client import Calls, GatewayError, raise_problem
+from toolsafe.gateway.client import OPERATIONS, GatewayError, raise_problem
 from toolsafe.gateway.problems import CODES, ApiProblem, from_error, instance_of, problem_response
 from toolsafe.gateway.routes.calls import idempotency_key, location
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
 from toolsafe.recovery.store.keys import KeyRefused, hash_secret
-from toolsafe.tasks.client import InvalidInput
+from toolsafe.tasks.client import InvalidInput, WaitTimeout
 
 
 def test_a_namespace_key_can_only_name_refs_inside_it() -> None:
@@ -95,6 +95,36 @@ def test_the_http_client_raises_what_the_in_process_client_raises() -> None:
     with pytest.raises(GatewayError) as other:
         raise_problem(httpx.Response(502, text="bad gateway"))
     assert other.value.status == 502
-    request = Calls().submit("create_invoice", {"a": 1}, "run/1")
+    request = next(OPERATIONS.submit("create_invoice", {"a": 1}, "run/1"))
     assert request.headers == {"Idempotency-Key": "run/1"}
     assert request.path == "/v1/tools/create_invoice/calls"
+
+
+def test_the_gateway_clients_plans_send_what_the_routes_take_and_map_the_answers() -> None:
+    """One plan per operation, driven by both clients: a settle holds ``?wait=`` and
+    asks again until the step needs the agent; a wait past its timeout raises."""
+    view: dict[str, object] = {"operation_ref": "r", "tool": "t", "state": "pending",
+            "ui_group": "queued",
+            "commit_state": None, "attempts": 0, "max_attempts": 3, "due_at": None,
+            "reason": None, "fields": [], "envelope": None, "text": "queued",
+            "needs_agent": False, "terminal": False}  # fmt: skip
+    steps = OPERATIONS.settle("r", 0.0)
+    assert next(steps).params == {}
+    with pytest.raises(StopIteration) as done:
+        steps.send(httpx.Response(200, json=view))
+    assert done.value.value.state == "pending"
+    waiting = OPERATIONS.wait("r", 0.0)
+    next(waiting)
+    with pytest.raises(WaitTimeout):
+        waiting.send(httpx.Response(200, json=view))
+    created = OPERATIONS.submit_call("t", {}, "r")
+    next(created)
+    with pytest.raises(StopIteration) as made:
+        created.send(httpx.Response(201, json=view))
+    assert made.value.value.created is True
+    with pytest.raises(TypeError, match="actor"):
+        next(OPERATIONS.submit_call("t", {}, "r", actor="someone"))
+    resolve = next(OPERATIONS.resolve("r", "succeeded", "ops", "checked", evidence="inv_1"))
+    assert resolve.path == "/v1/calls/r/resolve"
+    assert resolve.json == {"to": "succeeded", "reason": "checked", "operator": "ops",
+                            "evidence": "inv_1"}  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from toolsafe.adapters.envelope import parse_result
 from toolsafe.adapters.errors import InvalidInput
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import Turn
@@ -41,7 +42,7 @@ def view(state: StepState, envelope: dict[str, Any] | None = None, **extra: Any)
         "due_at": None,
         "reason": None,
         "fields": (),
-        "envelope": envelope,
+        "envelope": None if envelope is None else parse_result(envelope),
         "text": f"{state} text",
     }
     return StepView(**{**fields, **extra})

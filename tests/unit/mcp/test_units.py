@@ -8,7 +8,7 @@ import pytest
 from mcp_types import TextContent
 
 from tests.support import fixtures
-from toolsafe.adapters.envelope import to_wire
+from toolsafe.adapters.envelope import parse_result, to_wire
 from toolsafe.agents.definitions import tool_output_schema
 from toolsafe.mcp import tasks
 from toolsafe.mcp.results import META_REF, call_tool_result
@@ -31,7 +31,7 @@ def view(state: StepState, envelope: dict[str, object] | None, **extra: object) 
         "due_at": None,
         "reason": None,
         "fields": (),
-        "envelope": envelope,
+        "envelope": None if envelope is None else parse_result(envelope),
         "text": f"text for {state}",
         "history": (
             HistoryEntry(

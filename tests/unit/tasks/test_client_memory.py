@@ -26,6 +26,7 @@ from tests.support.tasks.memory_support import (
     success,
     unknown,
 )
+from toolsafe.adapters.envelope import to_wire
 from toolsafe.adapters.errors import UnknownToolError
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -269,7 +270,7 @@ def test_resolving_an_unknown_write_to_failed_needs_the_statement(world: World) 
         REF, "failed", "oncall", "no invoice in billing", confirm_not_written=True
     )
     assert (view.state, view.commit_state) == (S.FAILED, "not_committed")
-    assert view.envelope is not None and view.envelope["commit_state"] == "not_committed"
+    assert view.envelope is not None and to_wire(view.envelope)["commit_state"] == "not_committed"
     assert world.store.events(REF)[-1].detail["confirm_not_written"] is True
 
 
@@ -306,7 +307,7 @@ def test_wait_returns_once_the_step_needs_the_agent(world: World) -> None:
     view = world.client.wait(REF, timeout=10, poll=0.001)
     worker.join()
     assert view.state is S.SUCCEEDED and view.terminal
-    assert view.envelope is not None and view.envelope["ok"] is True
+    assert view.envelope is not None and to_wire(view.envelope)["ok"] is True
     with pytest.raises(StepNotFound):
         world.client.wait("ghost", timeout=0)
 

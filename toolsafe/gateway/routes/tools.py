@@ -22,19 +22,19 @@ router = APIRouter(tags=["tools"])
     responses={401: documented("no key, or an unknown or revoked one")},
 )
 def list_tools(_: Caller, state: Annotated[Gateway, Depends(gateway)]) -> ToolList:
-    registry = state.client.runtime.registry
     output = json_schema()
-    tools = []
-    for name in registry.tools():
-        adapter = registry.get(name)
-        tools.append(
+    return ToolList(
+        tools=[
             ToolInfo(
-                name=name,
-                description=adapter.describe(),
-                writes=adapter.writes,
-                has_lookup=adapter.has_lookup,
-                input_schema=adapter.input_model.model_json_schema(),
+                name=spec.name,
+                title=spec.title,
+                description=spec.description,
+                writes=spec.writes,
+                has_lookup=spec.has_lookup,
+                max_attempts=spec.max_attempts,
+                input_schema=dict(spec.input_schema),
                 output_schema=output,
             )
-        )
-    return ToolList(tools=tools)
+            for spec in state.client.catalogue()
+        ]
+    )
