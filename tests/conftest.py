@@ -1,8 +1,17 @@
 """Shared fixtures: real PostgreSQL and Redis, isolated per test session.
 
-Each session gets its own PostgreSQL database (dropped at the end) and its own Redis
-database number (held by a lock key), so several runs can share one machine. When a
-service is missing the tests that need it fail under CI=true and skip elsewhere.
+Each session (and so each pytest-xdist worker: `make test` runs several) gets its own
+PostgreSQL database (dropped at the end) and its own Redis database number (held by a
+lock key); when every number 1-15 of the shared Redis is held (many runs on one machine),
+the session starts a ``redis-server`` of its own on a free port instead. One rule for
+every service a test needs (PostgreSQL, Redis, Chromium): missing, the test fails under
+CI=true and skips elsewhere; `make test` installs or names what is missing before pytest
+starts (tests/prerequisites.sh), so nothing skips there.
+
+Under xdist the tests of one file of tests/services or tests/processes run on one worker
+(``--dist loadgroup``), so a module's cluster is started once; tests marked ``serial``
+share one worker of their own, one after another (see the marker's text in
+pyproject.toml).
 """
 
 from __future__ import annotations
@@ -10,9 +19,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.machine import Machine, measure
+from toolsafe.harness.broker import SESSION_LOCK_KEY
 
 PG_ADMIN_URL = os.environ.get(
     "TOOLSAFE_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -30,19 +43,32 @@ TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "services", "processes")
 
 
+# Before xdist's own hook reads the xdist_group marks (it joins several into one name, so
+# each test gets exactly one).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it."""
+    """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it, and
+    with its xdist group: ``serial``, or its file for tests that start servers."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if parts and parts[0] in KINDS:
             item.add_marker(parts[0])
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        elif parts and parts[0] in {"services", "processes"}:
+            # Module-scoped clusters and servers: one start per file, not one per worker.
+            item.add_marker(pytest.mark.xdist_group("/".join(parts)))
+
+
+def missing(service: str, reason: str) -> None:
+    """The one rule for a service a test needs: fail under CI, skip elsewhere."""
+    if IN_CI:
+        pytest.fail(f"{reason}; CI needs it (.ci/run installs and starts it)")
+    pytest.skip(f"{reason} (make test installs or names it: tests/prerequisites.sh)")
 
 
 def _missing(service: str, error: Exception) -> None:
-    message = f"{service} is not reachable ({type(error).__name__}: {error})"
-    if IN_CI:
-        pytest.fail(f"{message}; CI needs it, .ci/run should have started it")
-    pytest.skip(message)
+    missing(service, f"{service} is not reachable ({type(error).__name__}: {error})")
 
 
 @pytest.fixture(scope="session")
@@ -70,34 +96,97 @@ def pg_url() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """URL of a Redis database number that no other test session holds."""
+def _hold_a_db(host: str, port: int, token: str) -> int | None:
+    """A Redis db number (1-15) on host:port that no other session holds, now ours."""
     import redis
 
-    from toolsafe.harness import SESSION_LOCK_KEY, flush_broker
+    for db in range(1, 16):
+        client = redis.Redis(host=host, port=port, db=db)
+        try:
+            if client.set(SESSION_LOCK_KEY, token, nx=True, ex=3600):
+                return db
+        finally:
+            client.close()
+    return None
+
+
+@dataclass(frozen=True)
+class HeldRedis:
+    """The Redis server a session's broker db lives on, and that db (held by ``token``)."""
+
+    host: str
+    port: int
+    db: int
+    token: str
+
+    @property
+    def server(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeldRedis]:
+    """A Redis db number held for this session: on the shared server, or (every number
+    held by other sessions: many runs on one machine) on a ``redis-server`` of its own."""
+    import redis
+
+    from toolsafe.harness import HarnessError
+    from toolsafe.harness.redis_server import RedisServer
 
     token = uuid.uuid4().hex
     try:
         probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
         probe.ping()
+        probe.close()
     except redis.RedisError as error:
         _missing("Redis", error)
-    for db in range(1, 16):
-        client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
-        if client.set(SESSION_LOCK_KEY, token, nx=True, ex=3600):
-            url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
-            flush_broker(url)  # what an earlier, killed session left behind
-            try:
-                yield url
-            finally:
-                if client.get(SESSION_LOCK_KEY) == token.encode():
-                    client.delete(SESSION_LOCK_KEY)
-            return
-    pytest.fail("no free Redis database number (1-15) for this test session")
+    db = _hold_a_db(REDIS_HOST, REDIS_PORT, token)
+    own: RedisServer | None = None
+    if db is None:
+        try:
+            own = RedisServer(tmp_path_factory.mktemp("redis"))
+            own.start()
+        except HarnessError as error:
+            pytest.fail(f"no free Redis db number (1-15) and no redis-server of its own: {error}")
+        db = _hold_a_db("127.0.0.1", own.port, token)
+        assert db is not None  # a new server: every number is free
+    held = HeldRedis(
+        REDIS_HOST if own is None else "127.0.0.1",
+        REDIS_PORT if own is None else own.port,
+        db,
+        token,
+    )
+    try:
+        yield held
+    finally:
+        client = redis.Redis(host=held.host, port=held.port, db=held.db)
+        try:
+            if client.get(SESSION_LOCK_KEY) == token.encode():
+                client.delete(SESSION_LOCK_KEY)
+        finally:
+            client.close()
+        if own is not None:
+            own.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: HeldRedis) -> str:
+    """URL of a Redis database number that no other test session holds."""
+    from toolsafe.harness import flush_broker
+
+    url = f"{redis_server.server}/{redis_server.db}"
+    flush_broker(url)  # what an earlier, killed session left behind
+    return url
 
 
 @pytest.fixture(scope="module")
 def pipeline_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory per module for a cluster's logs, beat schedule and SQLite file."""
     return tmp_path_factory.mktemp("pipeline")
+
+
+@pytest.fixture(scope="session")
+def machine() -> Machine:
+    """This session's machine factor (tests/support/machine.py): a time bound that is a
+    feature is its base from the settings times this factor, named in its message."""
+    return measure()

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +20,7 @@ import psycopg
 
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
+from toolsafe.chaos.checks import StepFacts, check_steps
 from toolsafe.harness import (
     Process,
     WorkerOptions,
@@ -258,6 +259,25 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.text()[-4000:]}" for w in self.workers)
+
+    def violations(self, refs: Iterable[str]) -> list[str]:
+        """The promises a run keeps whatever path its steps took, broken for ``refs``: at
+        most one downstream effect each, a succeeded step's write found there exactly
+        once, and the chaos run's checks of the store against itself (executions within
+        the tool's limit and all counted; the envelope agreeing with the state)."""
+        store = self.client.runtime.store
+        effects = self.downstream.effects()
+        found: list[str] = []
+        facts = []
+        for ref in refs:
+            step = store.get(ref)
+            count = effects.get(ref, 0)
+            if count > 1 or (step.state is StepState.SUCCEEDED and count != 1):
+                found.append(f"{ref}: {step.state.value} with {count} downstream effect(s)")
+            limit = self.client.runtime.policy_for(step.tool).retry.max_attempts
+            facts.append(StepFacts.of(step, store.events(ref), limit))
+        found.extend(str(violation) for violation in check_steps(facts))
+        return found
 
     def states(self, operation_ref: str) -> list[StepState]:
         """The states the step went through, in order, without repeats."""
