@@ -279,6 +279,13 @@ class Cluster:
         found.extend(str(violation) for violation in check_steps(facts))
         return found
 
+    def went_through(self, operation_ref: str, *stops: StepState) -> bool:
+        """Whether the step's path holds ``stops`` in this order (a subsequence: a lease
+        that expired on a starved machine may add a verification loop between them, which
+        is recovery doing its work, not a broken promise)."""
+        path = iter(self.states(operation_ref))
+        return all(any(state is stop for state in path) for stop in stops)
+
     def states(self, operation_ref: str) -> list[StepState]:
         """The states the step went through, in order, without repeats."""
         path: list[StepState] = []
