@@ -31,9 +31,9 @@ demo: venv
 
 # What the tests need outside Python (Chromium, redis-server, PostgreSQL's binaries,
 # procps, runuser): installed as root with apt-get, else named in one line, and Redis and
-# PostgreSQL answering (tests/prerequisites.sh).
+# PostgreSQL answering (.ci/prerequisites).
 prerequisites: venv-dev
-	@PYTHON=$(BIN)/python sh tests/prerequisites.sh
+	@PYTHON=$(BIN)/python sh .ci/prerequisites
 
 test: venv-dev prerequisites lint typecheck pytest
 
@@ -45,11 +45,11 @@ typecheck: venv-dev
 	$(BIN)/mypy toolsafe tests benchmarks
 
 # In parallel (pytest-xdist): each worker has its own PostgreSQL database, Redis db number,
-# ports and temporary folders (tests/conftest.py); the tests of one file of
-# tests/services or tests/processes stay on one worker, and the `serial` ones share a
-# worker of their own. PYTEST_PARALLEL= runs in one process.
+# ports and temporary folders; the tests of one file stay on one worker (a module's
+# cluster starts once), and the `serial` ones share one worker, one after another
+# (tests/conftest.py, xdist_scope). PYTEST_PARALLEL= runs in one process.
 PYTEST_WORKERS  ?= 3
-PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
 pytest: venv-dev
 	$(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 

@@ -6,12 +6,11 @@ lock key); when every number 1-15 of the shared Redis is held (many runs on one 
 the session starts a ``redis-server`` of its own on a free port instead. One rule for
 every service a test needs (PostgreSQL, Redis, Chromium): missing, the test fails under
 CI=true and skips elsewhere; `make test` installs or names what is missing before pytest
-starts (tests/prerequisites.sh), so nothing skips there.
+starts (.ci/prerequisites), so nothing skips there.
 
-Under xdist the tests of one file of tests/services or tests/processes run on one worker
-(``--dist loadgroup``), so a module's cluster is started once; tests marked ``serial``
-share one worker of their own, one after another (see the marker's text in
-pyproject.toml).
+Under xdist (``--dist loadscope`` with the scopes of ``xdist_scope``) the tests of one
+file run on one worker, so a module's cluster is started once, and the tests of ``SERIAL``
+(marked ``serial``) share one work unit: one worker, one after another.
 """
 
 from __future__ import annotations
@@ -43,28 +42,52 @@ TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "services", "processes")
 
 
-# Before xdist's own hook reads the xdist_group marks (it joins several into one name, so
-# each test gets exactly one).
-@pytest.hookimpl(tryfirst=True)
+# The tests that need the machine's cores more than any other: each starts a load of its
+# own (hundreds of steps, several workers, real kills and restarts) that a second one at
+# the same time would double on a two-core machine. Under xdist they share one work unit
+# (one worker, one after another; ``xdist_scope``); marked ``serial`` for ``-m``.
+SERIAL: dict[str, str] = {
+    "processes/chaos/test_chaos.py": "300-step chaos runs with 3 workers, kills and restarts",
+    "processes/pipeline/test_duplicates.py": "200 steps through 2 workers and 2 sweepers",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it, and
-    with its xdist group: ``serial``, or its file for tests that start servers."""
+    the tests of ``SERIAL`` as ``serial``."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if parts and parts[0] in KINDS:
             item.add_marker(parts[0])
-        if item.get_closest_marker("serial") is not None:
-            item.add_marker(pytest.mark.xdist_group("serial"))
-        elif parts and parts[0] in {"services", "processes"}:
-            # Module-scoped clusters and servers: one start per file, not one per worker.
-            item.add_marker(pytest.mark.xdist_group("/".join(parts)))
+        if "/".join(parts) in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The work unit of a test under ``make test``'s xdist: ``serial`` for the tests of
+    ``SERIAL``, else its file, so a module's cluster or servers start once, on one worker."""
+    path = nodeid.split("::", 1)[0]
+    return "serial" if path.removeprefix("tests/") in SERIAL else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadscope`` with the scopes of ``xdist_scope`` (the suite's own scheduler:
+    xdist's ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    scheduling = LoadScopeScheduling(config, log)
+    scheduling._split_scope = xdist_scope  # its one documented point of variation
+    return scheduling
 
 
 def missing(service: str, reason: str) -> None:
     """The one rule for a service a test needs: fail under CI, skip elsewhere."""
     if IN_CI:
         pytest.fail(f"{reason}; CI needs it (.ci/run installs and starts it)")
-    pytest.skip(f"{reason} (make test installs or names it: tests/prerequisites.sh)")
+    pytest.skip(f"{reason} (make test installs or names it: .ci/prerequisites)")
 
 
 def _missing(service: str, error: Exception) -> None:

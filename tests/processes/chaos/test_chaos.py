@@ -17,7 +17,7 @@ from toolsafe.chaos.plan import ScheduleSize, Timing, build_schedule, scenarios
 from toolsafe.cli.main import main
 from toolsafe.tasks.faults import POINTS
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 # The first run's size, as its command line gives it (the schedule is rebuilt from it).
 SIZE = ScheduleSize(

@@ -173,7 +173,7 @@ def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str
         view = cluster.client.wait(ref, timeout=40)
         assert view.state is S.SUCCEEDED, (ref, view.state, cluster.logs())
         assert cluster.effects(ref) == 1, ref
-    republished = [
-        event for ref in unpublished for event in store.events(ref) if event.kind == "claimed"
-    ]
-    assert len(republished) == len(unpublished)
+    # The unpublished steps succeeding with one effect each is the sweeper's republish at
+    # work (nothing else knew of them); no count of claim events: a lease lost on a
+    # starved machine adds a claim, and that is recovery, not a duplicate.
+    assert cluster.violations(waiting + verifying + unpublished) == []

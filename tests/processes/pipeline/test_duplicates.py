@@ -17,7 +17,7 @@ from toolsafe.recovery.reasons import NOOP_REASONS
 from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.recovery.store import StepStore
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 STEPS = 200
 
