@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.machine import Machine, measure
+from tests.support.machine import Machine, session_machine
 from toolsafe.harness.broker import SESSION_LOCK_KEY
 
 PG_ADMIN_URL = os.environ.get(
@@ -212,4 +212,4 @@ def pipeline_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def machine() -> Machine:
     """This session's machine factor (tests/support/machine.py): a time bound that is a
     feature is its base from the settings times this factor, named in its message."""
-    return measure()
+    return session_machine()

@@ -11,6 +11,7 @@ the cores are. The factor is their product, never below 1 and never above
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -59,3 +60,9 @@ def measure() -> Machine:
         wall += time.perf_counter() - started
         cpu += time.thread_time() - used
     return Machine(wall, cpu)
+
+
+@functools.cache
+def session_machine() -> Machine:
+    """This process's measurement, taken once (the ``machine`` fixture's too)."""
+    return measure()

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from tests.support.machine import session_machine
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.chaos.checks import StepFacts, check_steps
@@ -254,8 +255,11 @@ class Cluster:
         what: str = "condition",
         interval: float = 0.05,
     ) -> None:
-        """Wait until ``check()``; a timeout fails the test with the workers' logs."""
-        wait_until(check, timeout, what, interval=interval, context=self.logs)
+        """Wait until ``check()``; a timeout fails the test with the workers' logs. The
+        deadline is ``timeout`` times the session's machine factor: a deadline only ends a
+        wait that would never succeed, it is no bound on how fast the machine is."""
+        patience = session_machine().factor
+        wait_until(check, timeout * patience, what, interval=interval, context=self.logs)
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.text()[-4000:]}" for w in self.workers)
