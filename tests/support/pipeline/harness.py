@@ -62,6 +62,17 @@ FAST_SETTINGS = {
 }
 
 
+# The worker's own deadlines, times the session's machine factor: on a starved machine a
+# call must not hit its time limit, nor a live worker lose its lease, for want of CPU.
+# The adapter's timeout and the consistency window stay: tests set faults against them.
+SCALED = ("TOOLSAFE_LEASE_SECONDS", "TOOLSAFE_TASK_TIME_LIMIT", "TOOLSAFE_TASK_SOFT_TIME_LIMIT")
+
+
+def scaled_deadlines() -> dict[str, str]:
+    factor = session_machine().factor
+    return {name: f"{float(FAST_SETTINGS[name]) * factor:.2f}" for name in SCALED}
+
+
 def new_ref(prefix: str) -> str:
     return f"{prefix}/{uuid.uuid4().hex[:12]}"
 
@@ -329,6 +340,7 @@ def cluster_for(
             plan.write_text("{}", encoding="utf-8")
             settings_env = {
                 **FAST_SETTINGS,
+                **scaled_deadlines(),
                 "TOOLSAFE_BROKER_URL": redis_url,
                 "TOOLSAFE_DATABASE_URL": database_url,
                 "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream.url,
