@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Playwright (the browser tests) uses the system's Chromium: never download a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test lint typecheck pytest venv venv-dev clean schema coverage bench-hotpath
+.PHONY: demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
 
 # `make demo` installs only what the main job needs (the package and its runtime
 # dependencies), and shows pip's progress so the install is never silent.
@@ -29,7 +29,13 @@ venv-dev: $(VENV)/.installed-dev
 demo: venv
 	$(BIN)/toolsafe demo
 
-test: venv-dev lint typecheck pytest
+# What the tests need outside Python (Chromium, redis-server, PostgreSQL's binaries,
+# procps, runuser): installed as root with apt-get, else named in one line, and Redis and
+# PostgreSQL answering (.ci/prerequisites).
+prerequisites: venv-dev
+	@PYTHON=$(BIN)/python sh .ci/prerequisites
+
+test: venv-dev prerequisites lint typecheck pytest
 
 lint: venv-dev
 	$(BIN)/ruff check .
@@ -38,8 +44,14 @@ lint: venv-dev
 typecheck: venv-dev
 	$(BIN)/mypy toolsafe tests benchmarks
 
+# In parallel (pytest-xdist): each worker has its own PostgreSQL database, Redis db number,
+# ports and temporary folders; the tests of one file stay on one worker (a module's
+# cluster starts once), and the `serial` ones share one worker, one after another
+# (tests/conftest.py, xdist_scope). PYTEST_PARALLEL= runs in one process.
+PYTEST_WORKERS  ?= 3
+PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
 pytest: venv-dev
-	$(BIN)/pytest -W error $(PYTEST_ARGS)
+	$(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
 # The suite under coverage, subprocesses included (docs/coverage.md).
 coverage: venv-dev

@@ -1,8 +1,16 @@
 """Shared fixtures: real PostgreSQL and Redis, isolated per test session.
 
-Each session gets its own PostgreSQL database (dropped at the end) and its own Redis
-database number (held by a lock key), so several runs can share one machine. When a
-service is missing the tests that need it fail under CI=true and skip elsewhere.
+Each session (and so each pytest-xdist worker: `make test` runs several) gets its own
+PostgreSQL database (dropped at the end) and its own Redis database number (held by a
+lock key); when every number 1-15 of the shared Redis is held (many runs on one machine),
+the session starts a ``redis-server`` of its own on a free port instead. One rule for
+every service a test needs (PostgreSQL, Redis, Chromium): missing, the test fails under
+CI=true and skips elsewhere; `make test` installs or names what is missing before pytest
+starts (.ci/prerequisites), so nothing skips there.
+
+Under xdist (``--dist loadscope`` with the scopes of ``xdist_scope``) the tests of one
+file run on one worker, so a module's cluster is started once, and the tests of ``SERIAL``
+(marked ``serial``) share one work unit: one worker, one after another.
 """
 
 from __future__ import annotations
@@ -10,9 +18,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.machine import Machine, session_machine
+from toolsafe.harness.broker import SESSION_LOCK_KEY
 
 PG_ADMIN_URL = os.environ.get(
     "TOOLSAFE_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -30,19 +42,56 @@ TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "services", "processes")
 
 
+# The tests that need the machine's cores more than any other: each starts a load of its
+# own (hundreds of steps, several workers, real kills and restarts) that a second one at
+# the same time would double on a two-core machine. Under xdist they share one work unit
+# (one worker, one after another; ``xdist_scope``); marked ``serial`` for ``-m``.
+SERIAL: dict[str, str] = {
+    "processes/chaos/test_chaos.py": "300-step chaos runs with 3 workers, kills and restarts",
+    "processes/pipeline/test_duplicates.py": "200 steps through 2 workers and 2 sweepers",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it."""
+    """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it, and
+    the tests of ``SERIAL`` as ``serial``."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if parts and parts[0] in KINDS:
             item.add_marker(parts[0])
+        if "/".join(parts) in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The work unit of a test under ``make test``'s xdist: ``serial`` for the tests of
+    ``SERIAL``, else its file, so a module's cluster or servers start once, on one worker."""
+    path = nodeid.split("::", 1)[0]
+    return "serial" if path.removeprefix("tests/") in SERIAL else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadscope`` with the scopes of ``xdist_scope`` (the suite's own scheduler:
+    xdist's ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    scheduling = LoadScopeScheduling(config, log)
+    scheduling._split_scope = xdist_scope  # its one documented point of variation
+    return scheduling
+
+
+def missing(service: str, reason: str) -> None:
+    """The one rule for a service a test needs: fail under CI, skip elsewhere."""
+    if IN_CI:
+        pytest.fail(f"{reason}; CI needs it (.ci/run installs and starts it)")
+    pytest.skip(f"{reason} (make test installs or names it: .ci/prerequisites)")
 
 
 def _missing(service: str, error: Exception) -> None:
-    message = f"{service} is not reachable ({type(error).__name__}: {error})"
-    if IN_CI:
-        pytest.fail(f"{message}; CI needs it, .ci/run should have started it")
-    pytest.skip(message)
+    missing(service, f"{service} is not reachable ({type(error).__name__}: {error})")
 
 
 @pytest.fixture(scope="session")
@@ -70,34 +119,97 @@ def pg_url() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """URL of a Redis database number that no other test session holds."""
+def _hold_a_db(host: str, port: int, token: str) -> int | None:
+    """A Redis db number (1-15) on host:port that no other session holds, now ours."""
     import redis
 
-    from toolsafe.harness import SESSION_LOCK_KEY, flush_broker
+    for db in range(1, 16):
+        client = redis.Redis(host=host, port=port, db=db)
+        try:
+            if client.set(SESSION_LOCK_KEY, token, nx=True, ex=3600):
+                return db
+        finally:
+            client.close()
+    return None
+
+
+@dataclass(frozen=True)
+class HeldRedis:
+    """The Redis server a session's broker db lives on, and that db (held by ``token``)."""
+
+    host: str
+    port: int
+    db: int
+    token: str
+
+    @property
+    def server(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeldRedis]:
+    """A Redis db number held for this session: on the shared server, or (every number
+    held by other sessions: many runs on one machine) on a ``redis-server`` of its own."""
+    import redis
+
+    from toolsafe.harness import HarnessError
+    from toolsafe.harness.redis_server import RedisServer
 
     token = uuid.uuid4().hex
     try:
         probe = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=3)
         probe.ping()
+        probe.close()
     except redis.RedisError as error:
         _missing("Redis", error)
-    for db in range(1, 16):
-        client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
-        if client.set(SESSION_LOCK_KEY, token, nx=True, ex=3600):
-            url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
-            flush_broker(url)  # what an earlier, killed session left behind
-            try:
-                yield url
-            finally:
-                if client.get(SESSION_LOCK_KEY) == token.encode():
-                    client.delete(SESSION_LOCK_KEY)
-            return
-    pytest.fail("no free Redis database number (1-15) for this test session")
+    db = _hold_a_db(REDIS_HOST, REDIS_PORT, token)
+    own: RedisServer | None = None
+    if db is None:
+        try:
+            own = RedisServer(tmp_path_factory.mktemp("redis"))
+            own.start()
+        except HarnessError as error:
+            pytest.fail(f"no free Redis db number (1-15) and no redis-server of its own: {error}")
+        db = _hold_a_db("127.0.0.1", own.port, token)
+        assert db is not None  # a new server: every number is free
+    held = HeldRedis(
+        REDIS_HOST if own is None else "127.0.0.1",
+        REDIS_PORT if own is None else own.port,
+        db,
+        token,
+    )
+    try:
+        yield held
+    finally:
+        client = redis.Redis(host=held.host, port=held.port, db=held.db)
+        try:
+            if client.get(SESSION_LOCK_KEY) == token.encode():
+                client.delete(SESSION_LOCK_KEY)
+        finally:
+            client.close()
+        if own is not None:
+            own.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: HeldRedis) -> str:
+    """URL of a Redis database number that no other test session holds."""
+    from toolsafe.harness import flush_broker
+
+    url = f"{redis_server.server}/{redis_server.db}"
+    flush_broker(url)  # what an earlier, killed session left behind
+    return url
 
 
 @pytest.fixture(scope="module")
 def pipeline_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory per module for a cluster's logs, beat schedule and SQLite file."""
     return tmp_path_factory.mktemp("pipeline")
+
+
+@pytest.fixture(scope="session")
+def machine() -> Machine:
+    """This session's machine factor (tests/support/machine.py): a time bound that is a
+    feature is its base from the settings times this factor, named in its message."""
+    return session_machine()

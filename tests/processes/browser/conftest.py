@@ -14,6 +14,8 @@ os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 
 from playwright.sync_api import Browser, Playwright, sync_playwright
 
+from tests.conftest import missing
+
 ROOT: Final = Path(__file__).resolve().parents[3]
 CHROMIUM: Final = Path("/usr/bin/chromium")
 ARGS: Final = (
@@ -26,7 +28,6 @@ ARGS: Final = (
     "--disable-component-update",
     "--disable-sync",
 )
-IN_CI: Final = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 OUTPUT: Final = ROOT / "test-output" / "browser"
 """Screenshots of each run (git-ignored)."""
 
@@ -42,10 +43,8 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run does)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        # The one rule for every browser test (tests/conftest.py): fail in CI, else skip.
+        missing("Chromium", f"{CHROMIUM} is missing (apt-get install chromium)")
     launched = playwright.chromium.launch(
         executable_path=str(CHROMIUM), args=list(ARGS), headless=True
     )

@@ -61,20 +61,17 @@ def test_duplicate_messages_and_two_workers_give_one_effect_each(cluster: Cluste
     )
     steps = {step.operation_ref: step for step in store.list_steps(None, STEPS + 10)}
     assert {ref for ref in refs if steps[ref].state is not StepState.SUCCEEDED} == set()
+    # The promise, whatever path a step took (a lease may expire under a starved
+    # machine and a step be verified, so the count of claims and no-ops is no promise):
+    # exactly one downstream effect per operation_ref, and the store agreeing with itself.
     effects = cluster.downstream.effects()
     assert {ref: effects.get(ref, 0) for ref in refs if effects.get(ref, 0) != 1} == {}
-    assert all(steps[ref].attempts == 1 for ref in refs)
-    # Every message after the one that claimed found nothing to do and said so in the
-    # event log: each step got its submit's hint, the duplicate pair, and every fourth
-    # three more (the sweeper may add a republish of a step still pending).
-    for number, ref in enumerate(refs):
-        events = store.events(ref)
-        claims = [e for e in events if e.kind == "claimed"]
-        noops = [e for e in events if e.kind == "noop"]
-        extra = 2 + (3 if number % 4 == 0 else 0)
-        assert len(claims) == 1, (ref, [e.kind for e in events])
-        assert len(noops) >= extra, (ref, [e.kind for e in events])
-        assert {e.detail.get("reason") for e in noops} <= set(NOOP_REASONS)
+    assert cluster.violations(refs) == []
+    # Every hint that found nothing to do said why, in the catalogue's words.
+    reasons = {
+        e.detail.get("reason") for ref in refs for e in store.events(ref) if e.kind == "noop"
+    }
+    assert reasons and reasons <= set(NOOP_REASONS)
 
 
 def test_the_exporter_counts_two_workers_commits_exactly_once(cluster: Cluster) -> None:

@@ -74,11 +74,17 @@ def test_hostile_success_is_cleaned_before_it_is_stored(cluster: Cluster) -> Non
             select(step_events.c.detail).where(step_events.c.operation_ref == ref)
         ).all()
     stored = json.dumps([row.last_envelope, [e.detail for e in events]], ensure_ascii=False)
-    executed = next(e.detail for e in events if "envelope" in e.detail)
-    kinds = {(item["path"], item["kind"]) for item in executed["redactions"]}
+    # The withheld parts are recorded with the outcome that brought the result, whatever
+    # path the step took: on a starved machine a first call may time out and the step be
+    # verified or sent again (an outcome without redactions before the one with them).
+    kinds = {
+        (item["path"], item["kind"])
+        for event in events
+        for item in event.detail.get("redactions", ())
+    }
     assert kinds == {("result.created_at", "result_model"), ("result.customer_id", "instructions")}
-    history = next(entry for entry in view.history if entry.kind == "executed")
-    assert "result.customer_id:instructions" in str(history.detail["redactions"])
+    recorded = [str(e.detail["redactions"]) for e in view.history if "redactions" in e.detail]
+    assert any("result.customer_id:instructions" in text for text in recorded), view.history
 
     env = {**os.environ, **cluster.env}
     shown = subprocess.run(
@@ -110,8 +116,8 @@ def test_a_text_field_with_instructions_is_replaced_by_a_marker(cluster: Cluster
     assert view.state is StepState.SUCCEEDED, cluster.logs()
     assert view.envelope is not None
     assert to_wire(view.envelope)["result"]["customer_id"] == "[REMOVED:instructions]"
-    history = next(entry for entry in view.history if entry.kind == "executed")
-    assert history.detail["redactions"] == "result.customer_id:instructions"
+    recorded = [e.detail["redactions"] for e in view.history if "redactions" in e.detail]
+    assert recorded == ["result.customer_id:instructions"], view.history
 
 
 # Shapes the success path learned later: a DSN without a scheme, an image on an outside
@@ -169,7 +175,7 @@ def test_later_hostile_shapes_are_cleaned_in_the_worker_before_they_are_stored(
     for name, (_, needle, marker) in LATER_SHAPES.items():
         view = views[name]
         assert view.envelope is not None
-        assert view.envelope["result"]["customer_id"] == marker, (name, view.envelope)
+        assert to_wire(view.envelope)["result"]["customer_id"] == marker, (name, view.envelope)
         assert rows[name]["result"]["customer_id"] == marker, name  # stored cleaned
         printed = shown[("steps", "show", refs[name], "--json")]
         for text in (json.dumps(rows[name], ensure_ascii=False), stored_events, printed,

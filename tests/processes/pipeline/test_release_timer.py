@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.machine import Machine
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.recovery.states import StepState
 
@@ -35,7 +36,9 @@ def cluster(pg_url: str, redis_url: str, pipeline_dir: Path) -> Iterator[Cluster
         yield running
 
 
-def test_a_parked_retry_is_released_and_runs_at_its_not_before(cluster: Cluster) -> None:
+def test_a_parked_retry_is_released_and_runs_at_its_not_before(
+    cluster: Cluster, machine: Machine
+) -> None:
     ref = new_ref("run_9/step_1")
     cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=4)
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
@@ -48,14 +51,16 @@ def test_a_parked_retry_is_released_and_runs_at_its_not_before(cluster: Cluster)
     view = cluster.client.wait(ref, timeout=30)
     assert view.state is S.SUCCEEDED, cluster.logs()
     events = store.events(ref)
-    limited = next(e for e in events if e.to_state is S.WAITING_RETRY)
+    # The rate limit's own event (a lease lost on a starved machine may add another).
+    limited = next(e for e in events if e.to_state is S.WAITING_RETRY and "envelope" in e.detail)
     not_before = datetime.fromisoformat(limited.detail["envelope"]["retry"]["not_before"])
     retried = [e for e in events if e.kind == "claimed" and e.at > limited.at]
     assert retried, "the retry was never claimed"
     lateness = (retried[0].at - not_before).total_seconds()
-    assert 0 <= lateness < 3, (lateness, cluster.logs())
+    # Never early; late by less than the sweep would be (16 s or more here), by a bound
+    # that grows with the machine factor.
+    assert lateness >= 0, lateness
+    assert lateness < machine.seconds(3), (lateness, machine.explain(3), cluster.logs())
     assert store.get(ref).published_at == waiting.due_at  # released for its due time
-    assert cluster.states(ref) == [
-        S.PENDING, S.IN_FLIGHT, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
-    ]  # fmt: skip
-    assert cluster.effects(ref) == 1
+    assert cluster.went_through(ref, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED)
+    assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []

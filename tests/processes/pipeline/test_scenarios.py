@@ -43,8 +43,7 @@ def test_success_with_evidence(cluster: Cluster) -> None:
     assert view.envelope is not None and to_wire(view.envelope)["ok"] is True
     assert to_wire(view.envelope)["verification"]["checked_at"]
     assert to_wire(view.envelope)["result"]["customer_id"] == "cus_1"
-    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.SUCCEEDED]
-    assert cluster.effects(ref) == 1
+    assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
     # Submitting the same call again returns the same step and runs nothing.
     again = cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     assert again.state is S.SUCCEEDED and again.attempts == 1
@@ -72,9 +71,8 @@ def test_invalid_recipient_needs_input_then_corrected(cluster: Cluster) -> None:
     assert fixed.operation_ref == ref
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.SUCCEEDED, cluster.logs()
-    assert cluster.states(ref) == [
-        S.PENDING, S.IN_FLIGHT, S.NEEDS_INPUT, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED
-    ]  # fmt: skip
+    assert cluster.went_through(ref, S.NEEDS_INPUT, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED)
+    assert cluster.violations([ref]) == []
     assert cluster.effects(ref) == 1
 
 
@@ -85,15 +83,15 @@ def test_rate_limit_waits_for_not_before(cluster: Cluster) -> None:
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.SUCCEEDED, cluster.logs()
     events = cluster.client.runtime.store.events(ref)
-    limited = next(e for e in events if e.to_state is S.WAITING_RETRY)
+    # The rate limit's own event (a lease lost on a starved machine may add another).
+    limited = next(e for e in events if e.to_state is S.WAITING_RETRY and "envelope" in e.detail)
     step_after = [e for e in events if e.kind == "claimed" and e.at > limited.at]
     assert step_after, "the retry was never claimed"
     envelope = limited.detail.get("envelope", {})
     not_before = datetime.fromisoformat(envelope["retry"]["not_before"])
     assert step_after[0].at >= not_before
-    assert cluster.states(ref) == [
-        S.PENDING, S.IN_FLIGHT, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED
-    ]  # fmt: skip
+    assert cluster.went_through(ref, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED)
+    assert cluster.violations([ref]) == []
     assert cluster.effects(ref) == 1
 
 
@@ -108,9 +106,8 @@ def test_missing_approval_then_approved(cluster: Cluster) -> None:
     cluster.client.approve(ref, approver="alice", reason="customer confirmed by phone")
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.SUCCEEDED, cluster.logs()
-    assert cluster.states(ref) == [
-        S.PENDING, S.IN_FLIGHT, S.AWAITING_APPROVAL, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED
-    ]  # fmt: skip
+    assert cluster.went_through(ref, S.AWAITING_APPROVAL, S.PENDING, S.IN_FLIGHT, S.SUCCEEDED)
+    assert cluster.violations([ref]) == []
     assert cluster.effects(ref) == 1
     approved = [entry for entry in view.history if entry.kind == "approved"]
     assert approved and approved[0].detail.get("approver") == "alice"
@@ -134,8 +131,9 @@ def test_timeout_after_store_is_verified_not_repeated(cluster: Cluster) -> None:
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     view = cluster.client.wait(ref, timeout=20)
     assert view.state is S.SUCCEEDED, cluster.logs()
-    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
-    assert cluster.effects(ref) == 1
+    assert cluster.went_through(ref, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED)
+    assert cluster.effects(ref) == 1 and view.attempts == 1
+    assert cluster.violations([ref]) == []
 
 
 def test_eventual_consistency_found_after_a_delay(cluster: Cluster) -> None:
@@ -158,8 +156,8 @@ def test_eventual_consistency_found_after_a_delay(cluster: Cluster) -> None:
     checked = [datetime.fromisoformat(e.detail["lookup"]["checked_at"]) for e in looked_up]
     assert all(at < record.visible_at for at in checked[:-1])
     assert checked[-1] >= record.visible_at
-    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED]
-    assert cluster.effects(ref) == 1
+    assert cluster.went_through(ref, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED)
+    assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
 
 
 @pytest.mark.slow
@@ -170,8 +168,8 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     view = cluster.client.wait(ref, timeout=30)
     assert view.state is S.ESCALATED, cluster.logs()
-    assert cluster.states(ref) == [S.PENDING, S.IN_FLIGHT, S.VERIFYING, S.ESCALATED]
-    assert cluster.effects(ref) == 1
+    assert cluster.went_through(ref, S.IN_FLIGHT, S.VERIFYING, S.ESCALATED)
+    assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
     cluster.wait_for(
         lambda: any(n["operation_ref"] == ref for n in cluster.webhook.received),
         what="the escalation webhook",

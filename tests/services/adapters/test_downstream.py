@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.support.adapters.downstream_support import make_visible, wait_in_flight, wait_stored
+from tests.support.machine import Machine
 from toolsafe.adapters.examples.downstream import DownstreamService
 
 INVOICE = {"customer_id": "C-17", "amount_cents": 1200, "currency": "EUR"}
@@ -300,7 +301,7 @@ def test_respond_fault_serves_exactly_what_was_asked(
     assert effects(http, downstream.url) == {"r/1": 1}
 
 
-def test_stop_ends_a_stall_promptly() -> None:
+def test_stop_ends_a_stall_promptly(machine: Machine) -> None:
     service = DownstreamService().start()
     outcome: list[BaseException] = []
 
@@ -319,7 +320,9 @@ def test_stop_ends_a_stall_promptly() -> None:
     started = time.monotonic()
     service.stop()
     thread.join(timeout=5)
-    assert time.monotonic() - started < 3
+    # Stopping cuts the 30 s stall short.
+    took = time.monotonic() - started
+    assert took < machine.seconds(3), (took, machine.explain(3))
     assert [type(error) for error in outcome] == [httpx.RemoteProtocolError]
 
 

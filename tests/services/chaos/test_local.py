@@ -7,17 +7,18 @@ import psycopg
 import pytest
 import redis
 
-from tests.conftest import PG_ADMIN_URL, REDIS_HOST, REDIS_PORT
+from tests.conftest import PG_ADMIN_URL, HeldRedis
 from toolsafe.cli.main import main
 from toolsafe.harness import HarnessError
 from toolsafe.harness.local import REDIS_LOCK_KEY, database_of_its_own, redis_db_of_its_own
 
-SERVER = f"redis://{REDIS_HOST}:{REDIS_PORT}"
-
 
 @pytest.mark.redis
-def test_a_redis_db_of_its_own_is_held_emptied_and_released() -> None:
-    with redis_db_of_its_own(SERVER) as first, redis_db_of_its_own(SERVER) as second:
+def test_a_redis_db_of_its_own_is_held_emptied_and_released(redis_server: HeldRedis) -> None:
+    # The server the session's own db is on (the shared one, or its own when every
+    # number of the shared one is held).
+    server = redis_server.server
+    with redis_db_of_its_own(server) as first, redis_db_of_its_own(server) as second:
         assert first != second  # a second run (or test session) takes another db
         client = redis.Redis.from_url(first)
         try:

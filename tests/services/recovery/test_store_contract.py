@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -40,6 +41,7 @@ from tests.support.recovery.store_support import (
     needs_approval,
     retry_later,
     success,
+    unknown,
 )
 from toolsafe.adapters.envelope import to_wire
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
@@ -308,6 +310,23 @@ def test_claim_execution_refusals_are_answers_with_a_reason(store: StorePort) ->
     assert _refused(store, "human") == "waiting_on_human"
     assert _refused(store, "ghost") == "missing"
     assert store.events("ghost")[0].from_state is None
+    # One refusal, one noop event: the duplicate writes prevented, counted by reason.
+    refs = ("busy", "later", "unknown", "old", "spent", "done", "human", "ghost")
+    noops = Counter(
+        event.detail["reason"]
+        for ref in refs
+        for event in store.events(ref)
+        if event.kind == "noop"
+    )
+    assert noops == {
+        "not_due": 1,
+        "claimed": 1,
+        "unknown_outcome": 2,
+        "terminal": 1,
+        "waiting_on_human": 1,
+        "attempts_spent": 1,
+        "missing": 1,
+    }
 
 
 def test_a_claim_asked_again_after_it_went_through_is_still_ours(store: StorePort) -> None:
@@ -480,8 +499,21 @@ def test_record_lookup_results(
         assert recorded.decision.envelope is not None
         assert recorded.step.last_envelope == to_wire(recorded.decision.envelope)
         assert store.events(REF)[2].detail["envelope"]["code"] == "OUTCOME_UNKNOWN"
+    if isinstance(result, LookupNotFound):
+        # Found absent: the model is told the write did not happen and will be retried.
+        shown = recorded.step.last_envelope
+        assert shown is not None and shown["code"] == "OPERATION_NOT_FOUND"
+        assert shown["commit_state"] == "not_committed" == recorded.step.commit_state
+        assert shown["next_action"] == "wait_and_retry"
     if isinstance(result, LookupUnavailable):
         assert recorded.step.lookups_unavailable == 1
+        # Still unknown: the model keeps seeing the unknown outcome it was shown.
+        assert recorded.step.last_envelope == store.events(REF)[2].detail["envelope"]
+        assert event.detail["lookup"] == {
+            "checked_at": T0.isoformat(),
+            "unavailable": True,
+            "code": "LOOKUP_UNSPECIFIED",
+        }
 
 
 def test_record_a_stale_outcome_is_refused_and_writes_nothing(store: StorePort) -> None:
@@ -498,7 +530,12 @@ def test_record_a_stale_outcome_is_refused_and_writes_nothing(store: StorePort) 
 
 
 def test_each_state_change_appends_exactly_its_event(store: StorePort) -> None:
-    due = verifying(store)
+    claim = claimed(store)
+    recorded = store.record(
+        claim, Executed(unknown(REF)), traits=WRITE, policy=POLICY, now=T0, rng=rng()
+    )
+    assert recorded is not None and recorded.step.due_at is not None
+    due = recorded.step.due_at
     assert store.claim_verification(REF, "worker-2", LEASE, due) is not None
     events = store.events(REF)
     assert [(e.kind, e.from_state, e.to_state) for e in events] == [
@@ -509,6 +546,11 @@ def test_each_state_change_appends_exactly_its_event(store: StorePort) -> None:
     ]
     assert [e.id for e in events] == sorted(e.id for e in events)
     assert store.get(REF).version == 4  # one version per change, none for the submit
+    # The execution's event carries the decision and the envelope it wrote, at its time.
+    executed = events[2]
+    assert executed.label == recorded.decision.label and executed.at == T0
+    assert executed.detail["envelope"] == recorded.step.last_envelope
+    assert executed.detail["action"] == recorded.decision.action
 
 
 def test_of_many_threads_claiming_at_once_exactly_one_wins(store: StorePort) -> None:

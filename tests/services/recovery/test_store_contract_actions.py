@@ -16,6 +16,7 @@ from tests.support.recovery.contract_support import (
     after,
     claimed,
     last,
+    set_columns,
     submit,
     unchanged,
     valid,
@@ -235,6 +236,14 @@ def test_resolve_re_drive_of_an_unknown_outcome_verifies_first(store: StorePort)
         policy=POLICY,
         now=LATER,
     )
+    assert (recorded.step.state, recorded.step.commit_state) == (S.VERIFYING, "unknown")
+    # The same after a lookup that stayed down escalated it (its due time cleared).
+    after(store, unknown, "r2")
+    set_columns(store, "r2", state=S.ESCALATED, reason="LOOKUP_UNAVAILABLE", due_at=None)
+    recorded = store.resolve(
+        "r2", operator="oncall", reason="lookup back", to=S.PENDING, traits=WRITE,
+        policy=POLICY, now=LATER,
+    )  # fmt: skip
     assert (recorded.step.state, recorded.step.commit_state) == (S.VERIFYING, "unknown")
 
 

@@ -15,6 +15,7 @@ from tests.support.recovery.contract_support import (
     claimed,
     last,
     rng,
+    set_columns,
     submit,
     verifying,
 )
@@ -109,11 +110,27 @@ def test_due_work_publishes_each_due_step_once_per_interval(store: StorePort) ->
     assert [e.kind for e in store.events("r0")] == ["submitted"]  # bookkeeping, no event
 
 
+def test_due_work_breaks_equal_due_times_by_age(store: StorePort) -> None:
+    for index in range(3):
+        submit(store, f"r{index}")
+    submit(store, "future", now=T0 + MINUTE)
+    due = store.due_work(T0, limit=10, republish_after=MINUTE)
+    assert [step.operation_ref for step in due] == ["r0", "r1", "r2"]
+    # Equal due times: the oldest step first, so a limit takes the oldest steps; the rest
+    # come with the next batch, before a step due later.
+    again = store.due_work(T0 + MINUTE, limit=2, republish_after=MINUTE)
+    assert [step.operation_ref for step in again] == ["r0", "r1"]
+    rest = store.due_work(T0 + MINUTE, limit=2, republish_after=MINUTE)
+    assert [step.operation_ref for step in rest] == ["r2", "future"]
+
+
 def test_due_work_skips_leased_in_flight_and_waiting_steps(store: StorePort) -> None:
     due = verifying(store, "checking")
     assert store.claim_verification("checking", "checker", LEASE, due) is not None
     claimed(store, "running", due)
     after(store, correct_input, "human")
+    submit(store, "stale-human")
+    set_columns(store, "stale-human", state=S.NEEDS_INPUT)  # its due time stays in the past
     submit(store, "future", now=due + MINUTE)
     assert store.due_work(due, limit=10, republish_after=MINUTE) == []
     later = store.due_work(due + MINUTE, limit=10, republish_after=MINUTE)

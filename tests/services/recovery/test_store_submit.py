@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.support.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success, unknown
+from tests.support.recovery.store_support import INPUT, LEASE, POLICY, T0, WRITE, success
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, OperationRefConflict
@@ -45,54 +45,6 @@ def test_submit_again_returns_the_step_without_an_event(store: StepStore) -> Non
     with pytest.raises(OperationRefConflict, match="input"):
         store.submit("create_invoice", {"amount": 1}, operation_ref=REF, policy=POLICY, now=T0)
     assert len(store.events(REF)) == 1
-
-
-def test_a_stamped_step_is_left_to_the_sweeper_until_republish_after(store: StepStore) -> None:
-    done = store.submit(
-        "create_invoice", INPUT, operation_ref=REF, policy=POLICY, now=T0, published_at=T0
-    )
-    assert done.step.published_at == T0 and store.get(REF).published_at == T0
-    wait = timedelta(seconds=30)
-    # The publish that followed the commit may be lost: the sweeper re-drives it, later.
-    assert store.due_work(T0 + timedelta(seconds=29), limit=10, republish_after=wait) == []
-    [due] = store.due_work(T0 + wait, limit=10, republish_after=wait)
-    assert due.operation_ref == REF and due.published_at == T0 + wait
-
-
-def test_each_state_change_appends_exactly_its_event(store: StepStore) -> None:
-    store.submit("create_invoice", INPUT, operation_ref=REF, policy=POLICY, now=T0)
-    claim = store.claim_execution(REF, "worker-1", LEASE, T0)
-    assert claim is not None
-    recorded = store.record(
-        claim, Executed(unknown(REF)), traits=WRITE, policy=POLICY, now=T0, rng=RNG
-    )
-    assert recorded is not None
-    check = T0 + timedelta(seconds=20)
-    verifying = store.claim_verification(REF, "worker-2", LEASE, check)
-    assert verifying is not None
-    events = store.events(REF)
-    assert [(e.kind, e.from_state, e.to_state) for e in events] == [
-        ("submitted", None, S.PENDING),
-        ("claimed", S.PENDING, S.IN_FLIGHT),
-        ("executed", S.IN_FLIGHT, S.VERIFYING),
-        ("claimed", S.VERIFYING, S.VERIFYING),
-    ]
-    claimed, executed, leased = events[1:]
-    assert claimed.label == "claimed by a worker"
-    assert claimed.detail == {
-        "claim": "execute",
-        "owner": "worker-1",
-        "attempt": 1,
-        "lease_expires_at": (T0 + LEASE).isoformat(),
-    }
-    assert executed.label == recorded.decision.label and executed.at == T0
-    assert executed.detail["envelope"] == recorded.step.last_envelope
-    assert executed.detail["action"] == recorded.decision.action
-    assert leased.detail == {
-        "claim": "verify",
-        "owner": "worker-2",
-        "lease_expires_at": (check + LEASE).isoformat(),
-    }
 
 
 def test_a_compare_and_set_that_loses_appends_no_event(store: StepStore) -> None:

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,8 +18,10 @@ from typing import Any
 
 import psycopg
 
+from tests.support.machine import session_machine
 from toolsafe.adapters.examples.downstream import DownstreamService
 from toolsafe.celeryconfig import QUEUES
+from toolsafe.chaos.checks import StepFacts, check_steps
 from toolsafe.harness import (
     Process,
     WorkerOptions,
@@ -58,6 +60,17 @@ FAST_SETTINGS = {
     "TOOLSAFE_EXAMPLE_TIMEOUT": "1",
     "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "2",
 }
+
+
+# The worker's own deadlines, times the session's machine factor: on a starved machine a
+# call must not hit its time limit, nor a live worker lose its lease, for want of CPU.
+# The adapter's timeout and the consistency window stay: tests set faults against them.
+SCALED = ("TOOLSAFE_LEASE_SECONDS", "TOOLSAFE_TASK_TIME_LIMIT", "TOOLSAFE_TASK_SOFT_TIME_LIMIT")
+
+
+def scaled_deadlines() -> dict[str, str]:
+    factor = session_machine().factor
+    return {name: f"{float(FAST_SETTINGS[name]) * factor:.2f}" for name in SCALED}
 
 
 def new_ref(prefix: str) -> str:
@@ -253,11 +266,40 @@ class Cluster:
         what: str = "condition",
         interval: float = 0.05,
     ) -> None:
-        """Wait until ``check()``; a timeout fails the test with the workers' logs."""
-        wait_until(check, timeout, what, interval=interval, context=self.logs)
+        """Wait until ``check()``; a timeout fails the test with the workers' logs. The
+        deadline is ``timeout`` times the session's machine factor: a deadline only ends a
+        wait that would never succeed, it is no bound on how fast the machine is."""
+        patience = session_machine().factor
+        wait_until(check, timeout * patience, what, interval=interval, context=self.logs)
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.text()[-4000:]}" for w in self.workers)
+
+    def violations(self, refs: Iterable[str]) -> list[str]:
+        """The promises a run keeps whatever path its steps took, broken for ``refs``: at
+        most one downstream effect each, a succeeded step's write found there exactly
+        once, and the chaos run's checks of the store against itself (executions within
+        the tool's limit and all counted; the envelope agreeing with the state)."""
+        store = self.client.runtime.store
+        effects = self.downstream.effects()
+        found: list[str] = []
+        facts = []
+        for ref in refs:
+            step = store.get(ref)
+            count = effects.get(ref, 0)
+            if count > 1 or (step.state is StepState.SUCCEEDED and count != 1):
+                found.append(f"{ref}: {step.state.value} with {count} downstream effect(s)")
+            limit = self.client.runtime.policy_for(step.tool).retry.max_attempts
+            facts.append(StepFacts.of(step, store.events(ref), limit))
+        found.extend(str(violation) for violation in check_steps(facts))
+        return found
+
+    def went_through(self, operation_ref: str, *stops: StepState) -> bool:
+        """Whether the step's path holds ``stops`` in this order (a subsequence: a lease
+        that expired on a starved machine may add a verification loop between them, which
+        is recovery doing its work, not a broken promise)."""
+        path = iter(self.states(operation_ref))
+        return all(any(state is stop for state in path) for stop in stops)
 
     def states(self, operation_ref: str) -> list[StepState]:
         """The states the step went through, in order, without repeats."""
@@ -298,6 +340,7 @@ def cluster_for(
             plan.write_text("{}", encoding="utf-8")
             settings_env = {
                 **FAST_SETTINGS,
+                **scaled_deadlines(),
                 "TOOLSAFE_BROKER_URL": redis_url,
                 "TOOLSAFE_DATABASE_URL": database_url,
                 "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream.url,

@@ -1,0 +1,68 @@
+"""How slow this machine is right now: the factor a time bound that is a feature (a lease
+expiry, a recovery "in about a second") is multiplied by, measured once per test session.
+
+The known workload is a little pure computation in the test process itself (no child
+process: tests/services may start none). Its wall time over the CPU time the thread got
+is the share of the cores the suite gets now (1 on an idle machine, about 1.5 with a CPU
+hog per core beside it); its CPU time over the reference machine's is how much slower
+the cores are. The factor is their product, never below 1 and never above
+``MAX_FACTOR``; a failed bound names its base and the factor.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from typing import Final
+
+WORK: Final = 1_000_000  # squares summed per run
+RUNS: Final = 3
+# The CPU time of one run on the reference machine (two cores; the least of many runs).
+REFERENCE_CPU: Final = 0.09
+# A machine slowed more than this is not one the suite is made for: bounds stop growing.
+MAX_FACTOR: Final = 8.0
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The workload's wall and CPU time at session start, and the factor they give."""
+
+    wall: float
+    cpu: float
+
+    @property
+    def factor(self) -> float:
+        cpu = max(self.cpu, 1e-6)
+        share = self.wall / cpu
+        speed = max(1.0, cpu / (REFERENCE_CPU * RUNS))
+        return min(MAX_FACTOR, max(1.0, share * speed))
+
+    def seconds(self, base: float) -> float:
+        """``base`` seconds (derived from the settings) on this machine."""
+        return base * self.factor
+
+    def explain(self, base: float) -> str:
+        """What a failed bound says: its base, the factor and where the factor came from."""
+        return (
+            f"bound {self.seconds(base):.2f} s = {base:g} s x machine factor {self.factor:.2f} "
+            f"(the known workload took {self.wall:.2f} s for {self.cpu:.2f} s of CPU at "
+            f"session start; {REFERENCE_CPU * RUNS:g} s of CPU on the reference machine)"
+        )
+
+
+def measure() -> Machine:
+    """Run the workload ``RUNS`` times; the totals of wall and this thread's CPU time."""
+    wall = cpu = 0.0
+    for _ in range(RUNS):
+        started, used = time.perf_counter(), time.thread_time()
+        sum(i * i for i in range(WORK))
+        wall += time.perf_counter() - started
+        cpu += time.thread_time() - used
+    return Machine(wall, cpu)
+
+
+@functools.cache
+def session_machine() -> Machine:
+    """This process's measurement, taken once (the ``machine`` fixture's too)."""
+    return measure()
