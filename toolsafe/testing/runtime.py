@@ -15,8 +15,7 @@ from pydantic import BaseModel
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.protocol import Adapter, CallContext, LookupResult
 from toolsafe.adapters.registry import Registry
-from toolsafe.recovery.store.memory import MemoryStore
-from toolsafe.recovery.store.memory.backend import memory_backend
+from toolsafe.recovery.store import StorePort, open_store
 from toolsafe.settings import Settings
 from toolsafe.tasks.runtime import Runtime
 
@@ -110,11 +109,11 @@ class RecordingHints:
 
 def memory_runtime(
     adapter: Adapter[Any] | Iterable[Adapter[Any]] | None = None, settings: Settings = DEFAULTS
-) -> tuple[Runtime, MemoryStore]:
+) -> tuple[Runtime, StorePort]:
     """A runtime over a fresh in-memory store, with ``adapter`` (or several) as its tools."""
     registry = Registry()
     adapters = [] if adapter is None else [adapter] if isinstance(adapter, Adapter) else adapter
     for one in adapters:
         registry.register(one)
-    store = MemoryStore()
-    return Runtime(settings, backend=memory_backend(store), registry=registry), store
+    backend = open_store("memory://")
+    return Runtime(settings, backend=backend, registry=registry), backend.steps

@@ -49,7 +49,10 @@ def adapter() -> ScriptedAdapter:
 
 @pytest.fixture
 def setup(adapter: ScriptedAdapter) -> tuple[Runtime, MemoryStore]:
-    return memory_runtime(adapter)
+    # The memory store itself (not the port): these tests read its events directly.
+    runtime, store = memory_runtime(adapter)
+    assert isinstance(store, MemoryStore)
+    return runtime, store
 
 
 @pytest.fixture
