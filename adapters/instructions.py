@@ -44,7 +44,6 @@ _NARROWED: Final = {
 }
 _BASE: Final = tuple(_NARROWED.get(p.pattern, p.pattern) for p in _INSTRUCTION_PATTERNS)
 _BASE_ANY: Final = re.compile("|".join(f"(?:{pattern})" for pattern in _BASE), re.IGNORECASE)
-_BASE_ASCII: Final = re.compile(_BASE_ANY.pattern, re.IGNORECASE | re.ASCII)
 
 _LATIN: Final = (
     # English
@@ -173,7 +172,8 @@ def _one_of(patterns: tuple[str, ...], flags: int = 0) -> re.Pattern[str]:
 # One regex per script, each run only on text that holds that script; the Latin one in
 # its ASCII-only form on ASCII text (the same answers there, in about half the time).
 _LATIN_ANY: Final = _one_of(_LATIN)
-_LATIN_ASCII: Final = _one_of(_LATIN, re.ASCII)
+# The error path's patterns (narrowed) and the Latin ones, in one scan of ASCII text.
+_ASCII_ALL: Final = _one_of(_BASE + _LATIN, re.ASCII)
 _BY_SCRIPT: Final = (
     (re.compile("[\u0600-\u06ff]"), _one_of(_ARABIC)),
     (re.compile("[\u0400-\u04ff]"), _one_of(_CYRILLIC)),
@@ -193,7 +193,7 @@ def addresses_a_model(view: str) -> bool:
     """Whether ``view`` reads like an attempt to instruct a model."""
     folded = clean_text(view).casefold()
     if folded.isascii():
-        if _BASE_ASCII.search(folded) or _LATIN_ASCII.search(folded):
+        if _ASCII_ALL.search(folded):
             return True
     elif (
         _BASE_ANY.search(folded)
