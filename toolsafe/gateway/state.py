@@ -11,9 +11,12 @@ from fastapi import Request
 
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem
+from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.workers import WorkerBeat, WorkerRegistry
 from toolsafe.settings import Settings
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client
+from toolsafe.tasks.runtime import utcnow
 
 
 @dataclass
@@ -23,9 +26,20 @@ class Gateway:
     authenticator: Authenticator
     waits: int = 0
     aclient: AsyncClient = field(init=False)
+    workers: WorkerRegistry | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.aclient = AsyncClient(self.client)
+        store = self.client.runtime.store
+        # The heartbeats live in the SQL store; another store cannot tell (None).
+        self.workers = WorkerRegistry(store.engine) if isinstance(store, StepStore) else None
+
+    def live_workers(self) -> list[WorkerBeat] | None:
+        """The workers whose heartbeat is younger than a lease; ``None`` when the store
+        keeps no heartbeats."""
+        if self.workers is None:
+            return None
+        return self.workers.live(utcnow(), self.settings.lease)
 
     def wait_for(self, requested: float) -> float:
         """The wait a request may hold: at most ``TOOLSAFE_GATEWAY_MAX_WAIT``."""
