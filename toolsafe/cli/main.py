@@ -313,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo.add_parser(commands)
 
+    from toolsafe.up import run as up
+
+    up.add_parser(commands)
+
     from toolsafe.chaos import cli as chaos_cli
 
     chaos_cli.add_commands(commands)
