@@ -38,7 +38,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
         log.info("Scheduler: Sending due task %s (%s)", entry.name, entry.task)
         try:
             self.apply_async(entry, producer=producer, advance=False)
-        except Exception as error:  # noqa: BLE001 - beat outlives every publish failure
+        except Exception as error:  # beat outlives every publish failure
             self._failed(entry, error, now)
             return
         if self.outage_since is not None:

@@ -107,7 +107,7 @@ def test_beat_with_its_broker_down_writes_one_line_per_outage(
             assert len(down) == outage, beat.tail()
             redis_server.restart(down=0)
             wait_until(
-                lambda: beat.text().count("reachable again") == outage,
+                lambda expected=outage: beat.text().count("reachable again") == expected,
                 90,
                 "beat saying the broker is back",
                 context=beat.tail,
