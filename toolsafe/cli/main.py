@@ -91,17 +91,9 @@ def _beat(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from sqlalchemy import inspect
+    from toolsafe.recovery.db import migrate_and_report
 
-    from toolsafe.recovery.db import make_engine, migrate
-
-    engine = make_engine(args.settings.database_url)
-    try:
-        before = set(inspect(engine).get_table_names())
-        migrate(args.settings.database_url)
-        created = sorted(set(inspect(engine).get_table_names()) - before - {"alembic_version"})
-    finally:
-        engine.dispose()
+    created = migrate_and_report(args.settings.database_url)
     if created:
         sys.stdout.write(
             f"created {len(created)} tables: {', '.join(created)}; schema is up to date\n"

@@ -25,26 +25,25 @@ def test_a_wait_with_no_worker_answers_at_once_with_the_hint(
 ) -> None:
     with cluster_for(pg_url, redis_url, tmp_path, suffix="noworker") as cluster:
         token = make_key(cluster.env["TOOLSAFE_DATABASE_URL"], "nw", "agent")
-        with gateway_for(cluster.env, tmp_path) as server:
-            with httpx.Client(
-                base_url=server.url, headers=bearer(token), timeout=WAIT + 30
-            ) as http:
-                ref = new_ref("nw")
-                made = http.post(
-                    "/v1/tools/create_invoice/calls",
-                    json={"input": INVOICE},
-                    headers={"Idempotency-Key": ref},
-                )
-                assert made.status_code == 201, made.text
-                started = time.monotonic()
-                waited = http.get(f"/v1/calls/{ref}", params={"wait": WAIT})
-                assert time.monotonic() - started < WAIT / 2
-                view = waited.json()
-                assert view["state"] == "pending" and view["hint"] == "no_worker", view
-                assert cluster.effects(made.json()["operation_ref"]) == 0
+        with gateway_for(cluster.env, tmp_path) as server, httpx.Client(
+            base_url=server.url, headers=bearer(token), timeout=WAIT + 30
+        ) as http:
+            ref = new_ref("nw")
+            made = http.post(
+                "/v1/tools/create_invoice/calls",
+                json={"input": INVOICE},
+                headers={"Idempotency-Key": ref},
+            )
+            assert made.status_code == 201, made.text
+            started = time.monotonic()
+            waited = http.get(f"/v1/calls/{ref}", params={"wait": WAIT})
+            assert time.monotonic() - started < WAIT / 2
+            view = waited.json()
+            assert view["state"] == "pending" and view["hint"] == "no_worker", view
+            assert cluster.effects(made.json()["operation_ref"]) == 0
 
-                worker = cluster.start_worker("nw", concurrency=1)
-                worker.wait_ready(WORKER_STARTUP)
-                settled = http.get(f"/v1/calls/{ref}", params={"wait": WAIT}).json()
-                assert settled["state"] == "succeeded" and settled["hint"] is None, settled
-                assert cluster.effects(settled["operation_ref"]) == 1
+            worker = cluster.start_worker("nw", concurrency=1)
+            worker.wait_ready(WORKER_STARTUP)
+            settled = http.get(f"/v1/calls/{ref}", params={"wait": WAIT}).json()
+            assert settled["state"] == "succeeded" and settled["hint"] is None, settled
+            assert cluster.effects(settled["operation_ref"]) == 1
