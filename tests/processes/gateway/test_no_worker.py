@@ -25,9 +25,10 @@ def test_a_wait_with_no_worker_answers_at_once_with_the_hint(
 ) -> None:
     with cluster_for(pg_url, redis_url, tmp_path, suffix="noworker") as cluster:
         token = make_key(cluster.env["TOOLSAFE_DATABASE_URL"], "nw", "agent")
-        with gateway_for(cluster.env, tmp_path) as server, httpx.Client(
-            base_url=server.url, headers=bearer(token), timeout=WAIT + 30
-        ) as http:
+        with (
+            gateway_for(cluster.env, tmp_path) as server,
+            httpx.Client(base_url=server.url, headers=bearer(token), timeout=WAIT + 30) as http,
+        ):
             ref = new_ref("nw")
             made = http.post(
                 "/v1/tools/create_invoice/calls",

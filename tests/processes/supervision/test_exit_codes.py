@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from toolsafe.harness import child_env, spawn, start_beat, toolsafe_command, wait_until
+from toolsafe.harness import Process, child_env, spawn, start_beat, toolsafe_command, wait_until
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.harness.workers import WORKER_READY
 from toolsafe.recovery.db import make_engine, migrate
@@ -91,6 +91,10 @@ def test_a_pool_child_killed_at_start_up_leaves_a_consuming_worker_or_a_failed_e
         worker.stop()
 
 
+def _said(process: Process, text: str, times: int) -> Callable[[], bool]:
+    return lambda: process.text().count(text) == times
+
+
 def test_beat_with_its_broker_down_writes_one_line_per_outage(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
@@ -107,7 +111,7 @@ def test_beat_with_its_broker_down_writes_one_line_per_outage(
             assert len(down) == outage, beat.tail()
             redis_server.restart(down=0)
             wait_until(
-                lambda expected=outage: beat.text().count("reachable again") == expected,
+                _said(beat, "reachable again", outage),
                 90,
                 "beat saying the broker is back",
                 context=beat.tail,
