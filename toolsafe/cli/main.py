@@ -305,6 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo.add_parser(commands)
 
+    from toolsafe.cli import workers as workers_cli
+
+    workers_cli.add_parser(commands)
+
     from toolsafe.up import run as up
 
     up.add_parser(commands)
