@@ -8,6 +8,7 @@ view, or a problem back into the exception it stands for). Needs httpx, not Fast
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,20 @@ from toolsafe.tasks.client import InvalidInput, WaitTimeout
 from toolsafe.tasks.views import StepView
 
 LONGEST_HOLD: Final = 30.0
+EARLY_PAUSE: Final = 1.0
+"""A hold the gateway ended early with the step unmoved (``hint: no_worker``: no worker
+consumes) is asked again after this pause, not at once."""
+
+
+def early_pause(asked: float, deadline: float) -> float:
+    """The pause before asking again: none after a hold that lasted, else a second (at
+    most until the deadline)."""
+    now = time.monotonic()
+    if now - asked >= EARLY_PAUSE:
+        return 0.0
+    return max(0.0, min(EARLY_PAUSE, deadline - now))
+
+
 """The longest ``?wait=`` one request asks for; ``wait`` asks again until its timeout."""
 
 
@@ -207,11 +222,13 @@ class GatewayClient:
     def wait(self, operation_ref: str, timeout: float = 30.0) -> StepView:
         deadline = time.monotonic() + timeout
         while True:
+            asked = time.monotonic()
             view = self._view(self.calls.view(operation_ref, self.calls.hold(deadline)))
             if view.needs_agent:
                 return view
             if time.monotonic() >= deadline:
                 raise WaitTimeout(operation_ref, str(view.state), timeout)
+            time.sleep(early_pause(asked, deadline))
 
     def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
         return self._view(self.calls.provide_input(operation_ref, new_input))
@@ -293,11 +310,13 @@ class AsyncGatewayClient:
     async def wait(self, operation_ref: str, timeout: float = 30.0) -> StepView:
         deadline = time.monotonic() + timeout
         while True:
+            asked = time.monotonic()
             view = await self._view(self.calls.view(operation_ref, self.calls.hold(deadline)))
             if view.needs_agent:
                 return view
             if time.monotonic() >= deadline:
                 raise WaitTimeout(operation_ref, str(view.state), timeout)
+            await asyncio.sleep(early_pause(asked, deadline))
 
     async def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> StepView:
         return await self._view(self.calls.provide_input(operation_ref, new_input))

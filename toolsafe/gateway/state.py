@@ -4,8 +4,10 @@ the count of requests holding a wait."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from fastapi import Request
 
@@ -18,6 +20,9 @@ from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client
 from toolsafe.tasks.runtime import utcnow
 
+LIVENESS_SECONDS: Final = 1.0
+"""How long the gateway reuses its reading of the workers' heartbeats."""
+
 
 @dataclass
 class Gateway:
@@ -27,6 +32,7 @@ class Gateway:
     waits: int = 0
     aclient: AsyncClient = field(init=False)
     workers: WorkerRegistry | None = field(init=False)
+    _live: tuple[float, list[WorkerBeat]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.aclient = AsyncClient(self.client)
@@ -36,10 +42,14 @@ class Gateway:
 
     def live_workers(self) -> list[WorkerBeat] | None:
         """The workers whose heartbeat is younger than a lease; ``None`` when the store
-        keeps no heartbeats."""
+        keeps no heartbeats. Read at most once per :data:`LIVENESS_SECONDS` (a busy
+        gateway's waits share one query)."""
         if self.workers is None:
             return None
-        return self.workers.live(utcnow(), self.settings.lease)
+        now = time.monotonic()
+        if self._live is None or now - self._live[0] >= LIVENESS_SECONDS:
+            self._live = (now, self.workers.live(utcnow(), self.settings.lease))
+        return self._live[1]
 
     def wait_for(self, requested: float) -> float:
         """The wait a request may hold: at most ``TOOLSAFE_GATEWAY_MAX_WAIT``."""
