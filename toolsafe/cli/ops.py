@@ -79,7 +79,30 @@ def steps_list(args: argparse.Namespace) -> int:
         _print_json([build_view(step).as_dict() for step in steps])
     else:
         _table(steps)
+        if not steps and args.ref_prefix:
+            _hint_namespaces(args.ref_prefix)
     return 0
+
+
+def _hint_namespaces(prefix: str) -> None:
+    """For a prefix no step has: the key namespaces in which it finds steps (stderr)."""
+    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store.keys import KeyStore
+
+    store = _store()
+    if not isinstance(store, StepStore):
+        return
+    keys = KeyStore(store.engine).list()
+    found = [
+        f"{namespace}/{prefix}"
+        for namespace in sorted({key.namespace for key in keys if key.namespace})
+        if store.list_steps(None, 1, prefix=f"{namespace}/{prefix}")
+    ]
+    if found:
+        sys.stderr.write(
+            f"no step starts with {prefix!r}; keys with a namespace put it in front of their "
+            f"refs: try --ref-prefix {' or '.join(found)}\n"
+        )
 
 
 def _show(view: StepView, stored_input: dict[str, Any]) -> None:
