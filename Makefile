@@ -1,11 +1,11 @@
-# The two commands a newcomer runs: `make demo` and `make test`.
+# The two commands a newcomer runs: `make up` and `make test` (`make demo` is the tour).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Playwright (the browser tests) uses the system's Chromium: never download a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
+.PHONY: up demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
 
 # `make demo` installs only what the main job needs (the package and its runtime
 # dependencies), and shows pip's progress so the install is never silent.
@@ -20,11 +20,25 @@ $(VENV)/.installed-dev: pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo "installing toolsafe with the dev extra into $(VENV)"
 	$(BIN)/pip install --progress-bar on --disable-pip-version-check -e '.[dev]'
+	@touch $(VENV)/.installed-main $(VENV)/.installed-up $@
+
+# `make up` installs only what the main job needs: the package and the gateway extra.
+$(VENV)/.installed-up: pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing toolsafe with the gateway extra into $(VENV)"
+	$(BIN)/pip install --progress-bar on --disable-pip-version-check -e '.[gateway]'
 	@touch $(VENV)/.installed-main $@
 
 venv: $(VENV)/.installed-main
 
 venv-dev: $(VENV)/.installed-dev
+
+# The gateway, its status page, a worker and beat (and the example downstream) on the
+# embedded default in ./toolsafe-up; Ctrl-C stops them. Options: make up UP_ARGS="--port 9000"
+UP_ARGS ?= --example
+
+up: $(VENV)/.installed-up
+	$(BIN)/toolsafe up $(UP_ARGS)
 
 demo: venv
 	$(BIN)/toolsafe demo

@@ -112,6 +112,8 @@ def build_config(settings: Settings) -> dict[str, Any]:
         "task_routes": dict(ROUTES),
         "task_create_missing_queues": False,
         "worker_hijack_root_logger": True,
+        # One log line per broker outage instead of a traceback per sweep (tasks/beat.py).
+        "beat_scheduler": "toolsafe.tasks.beat:Scheduler",
         "beat_schedule": {
             "toolsafe-sweep": {
                 "task": SWEEP_TASK,

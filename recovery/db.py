@@ -151,3 +151,17 @@ def migrate(url: str | URL, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
+
+
+def migrate_and_report(url: str | URL) -> list[str]:
+    """``migrate`` to the head, and the tables it created (empty: it created none)."""
+    from sqlalchemy import inspect
+
+    engine = make_engine(url)
+    try:
+        before = set(inspect(engine).get_table_names())
+        migrate(url)
+        after = set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    return sorted(after - before - {"alembic_version"})

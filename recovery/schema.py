@@ -257,10 +257,25 @@ class ApiKey(Base):
     __table_args__ = (CheckConstraint("scope IN ('agent', 'operator')", name="scope"),)
 
 
+class WorkerRow(Base):
+    """A live ``toolsafe worker``: its heartbeat, renewed every heartbeat interval and
+    removed at a warm shutdown (the gateway's honest waits, the status page)."""
+
+    __tablename__ = "workers"
+
+    # Celery's node name (``worker1@host``): one row per node.
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    queues: Mapped[str] = mapped_column(String(400))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 steps = cast(Table, Step.__table__)
 step_events = cast(Table, StepEvent.__table__)
 escalation_outbox = cast(Table, EscalationOutbox.__table__)
 api_keys = cast(Table, ApiKey.__table__)
+workers = cast(Table, WorkerRow.__table__)
 
 STEP_CHANNEL: Final = "toolsafe_steps"
 """PostgreSQL channel: every event row notifies its operation_ref, delivered at commit."""

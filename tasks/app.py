@@ -23,6 +23,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_ready,
+    worker_shutdown,
 )
 from kombu.exceptions import ChannelError
 
@@ -42,6 +43,7 @@ from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.broker_watch import RedisBrokerWatch
 from toolsafe.tasks.escalation import Handler, load_handlers
+from toolsafe.tasks.liveness import Heartbeat
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.release import ReleaseTimer
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
@@ -159,6 +161,7 @@ class ToolsafeApp(Celery):  # type: ignore[misc]
         self.publisher = Publisher(self, settings)
         self._handlers: list[tuple[str, Handler]] | None = None
         self.release_timer: ReleaseTimer | None = None  # in beat's process only
+        self.heartbeat: Heartbeat | None = None  # in a worker's main process only
 
     @property
     def settings(self) -> Settings:
@@ -248,6 +251,22 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
             ChildWatcher(app, replace_child=pool_nudge(sender)).start()
 
     worker_ready.connect(watch_children, weak=False, dispatch_uid=f"toolsafe-watch-{id(app)}")
+
+    def beat_heartbeat(sender: Any = None, **_: Any) -> None:
+        # The store learns that this node consumes (before it logs "ready.").
+        if getattr(sender, "app", None) is app:
+            queues = sorted(app.amqp.queues.consume_from or app.amqp.queues)
+            app.heartbeat = Heartbeat.of(app.runtime, sender.hostname, queues)
+            if app.heartbeat is not None:
+                app.heartbeat.start()
+
+    def end_heartbeat(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app and app.heartbeat is not None:
+            app.heartbeat.stop()
+            app.heartbeat = None
+
+    worker_ready.connect(beat_heartbeat, weak=False, dispatch_uid=f"toolsafe-alive-{id(app)}")
+    worker_shutdown.connect(end_heartbeat, weak=False, dispatch_uid=f"toolsafe-gone-{id(app)}")
 
     def quiet_beat(sender: Any = None, **_: Any) -> None:
         # Beat publishes sweeps and released delays: no task-sent event for them (Flower

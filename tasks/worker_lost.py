@@ -54,6 +54,12 @@ SETTLE_STEP: Final = 0.05
 _fork_guard = threading.Lock()
 
 
+def fork_guard() -> threading.Lock:
+    """The lock to hold around database or broker work on a thread of the worker's main
+    process (the heartbeat too), so that no pool child is forked meanwhile."""
+    return _fork_guard
+
+
 def _before_fork() -> None:
     _fork_guard.acquire()
 

@@ -32,8 +32,14 @@ def test_the_readme_starts_with_the_two_commands_of_the_makefile() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
-    assert commands[:2] == ["make demo", "make test"]
+    assert commands[:2] == ["make up", "make test"]
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    up_recipe = makefile.split("\nup:", 1)[1].split("\n\n", 1)[0]
+    assert "toolsafe up" in up_recipe
+    # `make up` installs the package and the gateway extra only, and loudly.
+    up_install = makefile.split("\n$(VENV)/.installed-up:", 1)[1].split("\n\n", 1)[0]
+    assert "pip install" in up_install and "'.[gateway]'" in up_install
+    assert "--quiet" not in up_install and "-q " not in up_install
     demo_recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "toolsafe demo" in demo_recipe
     # The demo installs only what the main job needs, and loudly.

@@ -49,29 +49,57 @@ def _schema(_: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(args: argparse.Namespace) -> int:
-    from toolsafe.celeryconfig import QUEUES
+def _celery(args: argparse.Namespace, argv: list[str]) -> int:
+    """``celery <argv>`` on toolsafe's app, with Celery's own exit code: non-zero after
+    an unrecoverable error (a supervisor restarts on it), 0 after a warm shutdown."""
+    import click
+    from celery.bin.celery import celery
+
     from toolsafe.worker import default_app
 
+    command = argv[0]
+    celery.params[0].default = default_app(args.settings)
+    try:
+        code = celery.main(args=argv, standalone_mode=False)
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.exceptions.Abort:
+        return EXIT_INTERRUPTED
+    finally:
+        celery.params[0].default = None
+    code = code if isinstance(code, int) else 0
+    if code:
+        sys.stderr.write(
+            f"toolsafe {command}: stopped with exit code {code} after an unrecoverable "
+            "error (the log above says which); a supervisor should restart it\n"
+        )
+        sys.stderr.flush()
+    return code
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from toolsafe.celeryconfig import QUEUES
+
     extra = [item for item in args.celery_args if item != "--"]
-    argv = ["worker", "-Q", ",".join(QUEUES), *extra]
-    default_app(args.settings).worker_main(argv)
-    return 0
+    return _celery(args, ["worker", "-Q", ",".join(QUEUES), *extra])
 
 
 def _beat(args: argparse.Namespace) -> int:
-    from toolsafe.worker import default_app
-
     extra = [item for item in args.celery_args if item != "--"]
-    default_app(args.settings).start(["beat", *extra])
-    return 0
+    return _celery(args, ["beat", *extra])
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from toolsafe.recovery.db import migrate
+    from toolsafe.recovery.db import migrate_and_report
 
-    migrate(args.settings.database_url)
-    sys.stdout.write("schema is up to date\n")
+    created = migrate_and_report(args.settings.database_url)
+    if created:
+        sys.stdout.write(
+            f"created {len(created)} tables: {', '.join(created)}; schema is up to date\n"
+        )
+    else:
+        sys.stdout.write("schema is up to date (no table created)\n")
     return 0
 
 
@@ -121,11 +149,21 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser(
         "worker",
         help="run a Celery worker on every toolsafe queue (extra args go to celery worker)",
+        description="Run a Celery worker on every toolsafe queue. Every option toolsafe "
+        "does not know passes through to `celery worker` (e.g. toolsafe worker -- -c 4 "
+        "-P prefork -l INFO; see `celery worker --help`). Exit status: 0 after a warm "
+        "shutdown, non-zero after an unrecoverable error.",
     )
     # Everything toolsafe does not know goes to celery (see main()).
     worker.set_defaults(handler=_worker, passthrough=True)
 
-    beat = commands.add_parser("beat", help="run Celery beat, which schedules the sweeper")
+    beat = commands.add_parser(
+        "beat",
+        help="run Celery beat, which schedules the sweeper (extra args go to celery beat)",
+        description="Run Celery beat, which schedules the sweeper. Every option toolsafe "
+        "does not know passes through to `celery beat` (e.g. toolsafe beat -- -s FILE). "
+        "Exit status: 0 after a warm shutdown, non-zero after an unrecoverable error.",
+    )
     beat.set_defaults(handler=_beat, passthrough=True)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
@@ -266,6 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     from toolsafe.demo import run as demo
 
     demo.add_parser(commands)
+
+    from toolsafe.cli import workers as workers_cli
+
+    workers_cli.add_parser(commands)
+
+    from toolsafe.up import run as up
+
+    up.add_parser(commands)
 
     from toolsafe.chaos import cli as chaos_cli
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from toolsafe.cli.acting import Action, act
+from toolsafe.cli.exits import EXIT_REFUSED
 from toolsafe.recovery.states import REDRIVEN, StepState, ui_group
 from toolsafe.recovery.store import StepRecord, StorePort
 from toolsafe.tasks.views import StepView, build_view, redacted_input
@@ -77,7 +78,30 @@ def steps_list(args: argparse.Namespace) -> int:
         _print_json([build_view(step).as_dict() for step in steps])
     else:
         _table(steps)
+        if not steps and args.ref_prefix:
+            _hint_namespaces(args.ref_prefix)
     return 0
+
+
+def _hint_namespaces(prefix: str) -> None:
+    """For a prefix no step has: the key namespaces in which it finds steps (stderr)."""
+    from toolsafe.recovery.store import StepStore
+    from toolsafe.recovery.store.keys import KeyStore
+
+    store = _store()
+    if not isinstance(store, StepStore):
+        return
+    keys = KeyStore(store.engine).list()
+    found = [
+        f"{namespace}/{prefix}"
+        for namespace in sorted({key.namespace for key in keys if key.namespace})
+        if store.list_steps(None, 1, prefix=f"{namespace}/{prefix}")
+    ]
+    if found:
+        sys.stderr.write(
+            f"no step starts with {prefix!r}; keys with a namespace put it in front of their "
+            f"refs: try --ref-prefix {' or '.join(found)}\n"
+        )
 
 
 def _show(view: StepView, stored_input: dict[str, Any]) -> None:
@@ -109,9 +133,43 @@ def _show(view: StepView, stored_input: dict[str, Any]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+def namespaced(client: Client, ref: str) -> list[str]:
+    """The refs ``<namespace>/<ref>`` that exist, one per key namespace: a key with a
+    namespace puts it in front of every ref it submits (docs/gateway.md)."""
+    from toolsafe.recovery.store import StepNotFound, StepStore
+    from toolsafe.recovery.store.keys import KeyStore
+
+    store = client.runtime.store
+    if not isinstance(store, StepStore):
+        return []
+    found = []
+    for namespace in sorted(
+        {key.namespace for key in KeyStore(store.engine).list() if key.namespace}
+    ):
+        candidate = f"{namespace}/{ref}"
+        try:
+            store.get(candidate)
+        except StepNotFound:
+            continue
+        found.append(candidate)
+    return found
+
+
 def steps_show(args: argparse.Namespace) -> int:
+    from toolsafe.recovery.store import StepNotFound
+
     client = _client()
-    view = client.view(args.ref)
+    try:
+        view = client.view(args.ref)
+    except StepNotFound:
+        candidates = namespaced(client, args.ref)
+        if not candidates:
+            raise
+        sys.stderr.write(
+            f"toolsafe: error: no step {args.ref!r}; keys with a namespace put it in front of "
+            f"their refs: try {' or '.join(repr(ref) for ref in candidates)}\n"
+        )
+        return EXIT_REFUSED
     shown_input = redacted_input(client.runtime.store.get(args.ref).input)
     if args.json:
         _print_json({**view.as_dict(), "input": shown_input})

@@ -99,6 +99,7 @@ def serve_command(args: argparse.Namespace) -> int:
         broker = settings.broker_url
         _say(f"embedded default: store {settings.database_url} (migrated), broker {broker}")
         _say(f"run workers here with TOOLSAFE_BROKER_URL={broker}")
+        _say("(`toolsafe up` runs the gateway, a worker and beat together)")
     if args.no_auth:
         _say(
             f"DEVELOPMENT MODE: no keys are checked; every caller on {args.host} acts as "

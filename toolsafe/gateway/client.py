@@ -10,6 +10,7 @@ for). Needs httpx, not FastAPI.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine, Generator, Mapping
@@ -33,6 +34,18 @@ T = TypeVar("T")
 
 LONGEST_HOLD: Final = 30.0
 """The longest ``?wait=`` one request asks for; ``wait`` asks again until its timeout."""
+EARLY_PAUSE: Final = 1.0
+"""A hold the gateway ended early with the step unmoved (``hint: no_worker``: no worker
+consumes) is asked again after this pause, not at once."""
+
+
+def early_pause(asked: float, deadline: float) -> float:
+    """The pause before asking again: none after a hold that lasted, else a second (at
+    most until the deadline)."""
+    now = time.monotonic()
+    if now - asked >= EARLY_PAUSE:
+        return 0.0
+    return max(0.0, min(EARLY_PAUSE, deadline - now))
 
 
 class GatewayError(ToolsafeError):
@@ -58,6 +71,8 @@ class Request:
     json: Any = None
     params: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    pause: float = 0.0
+    """Seconds to wait before sending (a wait asked again after an early answer)."""
 
 
 def _path(operation_ref: str, action: str = "") -> str:
@@ -149,12 +164,18 @@ class Operations:
         """The view once the step needs the agent or is terminal, or as it is when
         ``timeout`` runs out: held ``?wait=`` requests of at most ``LONGEST_HOLD``."""
         deadline = time.monotonic() + timeout
+        pause = 0.0
         while True:
-            hold = max(0.0, min(LONGEST_HOLD, deadline - time.monotonic()))
+            asked = time.monotonic() + pause
+            hold = max(0.0, min(LONGEST_HOLD, deadline - asked))
             params = {"wait": f"{hold:.3f}"} if hold > 0 else {}
-            view = answer((yield Request("GET", _path(operation_ref), params=params)))
+            request = Request("GET", _path(operation_ref), params=params, pause=pause)
+            view = answer((yield request))
             if view.needs_agent or time.monotonic() >= deadline:
                 return view
+            # A hold the gateway ended early (no worker consumes) is asked again after a
+            # pause, not at once.
+            pause = early_pause(asked, deadline)
 
     def wait(self, operation_ref: str, timeout: float = 30.0) -> Plan[StepView]:
         """Until the step needs the agent or is terminal, else ``WaitTimeout``."""
@@ -306,6 +327,8 @@ class GatewayClient:
         self.close()
 
     def _send(self, request: Request) -> httpx.Response:
+        if request.pause > 0:
+            time.sleep(request.pause)
         return self.http.request(request.method, request.path, **_options(request, self.timeout))
 
     tools = driven(Operations.catalogue)
@@ -351,6 +374,8 @@ class AsyncGatewayClient:
         await self.close()
 
     async def _send(self, request: Request) -> httpx.Response:
+        if request.pause > 0:
+            await asyncio.sleep(request.pause)
         return await self.http.request(
             request.method, request.path, **_options(request, self.timeout)
         )

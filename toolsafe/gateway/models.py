@@ -51,6 +51,10 @@ class CallView(_Model):
     needs_agent: bool = Field(description="the agent must act, or the step is over")
     terminal: bool
     history: list[HistoryItem] = Field(default_factory=list)
+    hint: Literal["no_worker"] | None = Field(
+        default=None,
+        description="no_worker: a ?wait answered at once because no worker is consuming",
+    )
 
     @classmethod
     def of(cls, view: StepView) -> CallView:

@@ -4,16 +4,24 @@ the count of requests holding a wait."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from fastapi import Request
 
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem
+from toolsafe.recovery.store import StepStore
+from toolsafe.recovery.store.workers import WorkerBeat, WorkerRegistry
 from toolsafe.settings import Settings
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client
+from toolsafe.tasks.runtime import utcnow
+
+LIVENESS_SECONDS: Final = 1.0
+"""How long the gateway reuses its reading of the workers' heartbeats."""
 
 
 @dataclass
@@ -23,9 +31,25 @@ class Gateway:
     authenticator: Authenticator
     waits: int = 0
     aclient: AsyncClient = field(init=False)
+    workers: WorkerRegistry | None = field(init=False)
+    _live: tuple[float, list[WorkerBeat]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.aclient = AsyncClient(self.client)
+        store = self.client.runtime.store
+        # The heartbeats live in the SQL store; another store cannot tell (None).
+        self.workers = WorkerRegistry(store.engine) if isinstance(store, StepStore) else None
+
+    def live_workers(self) -> list[WorkerBeat] | None:
+        """The workers whose heartbeat is younger than a lease; ``None`` when the store
+        keeps no heartbeats. Read at most once per :data:`LIVENESS_SECONDS` (a busy
+        gateway's waits share one query)."""
+        if self.workers is None:
+            return None
+        now = time.monotonic()
+        if self._live is None or now - self._live[0] >= LIVENESS_SECONDS:
+            self._live = (now, self.workers.live(utcnow(), self.settings.lease))
+        return self._live[1]
 
     def wait_for(self, requested: float) -> float:
         """The wait a request may hold: at most ``TOOLSAFE_GATEWAY_MAX_WAIT``."""

@@ -273,6 +273,16 @@ def test_a_refused_action_shows_its_reason(
         expect(alert).to_contain_text("approve refused: NOT_AWAITING_APPROVAL")
         expect(alert).to_contain_text("cannot be approved")
         page.screenshot(path=str(screenshots / "refused.png"), full_page=True)
+        # Redirected after the post: the page is a GET of the step, so a reload neither
+        # posts again nor fails, and the live refresh keeps working.
+        expect(page).to_have_url(re.compile(r"/ui/steps/.+\?refused="))
+        page.reload()
+        expect(page.locator("#refusal")).to_contain_text("approve refused: NOT_AWAITING_APPROVAL")
+        expect(page.locator("#live-status")).to_have_text(re.compile(r"^(live|updated)"))
+        # The refusal's text cannot be forged: a changed query shows none.
+        page.goto(page.url[:-3] + "xyz")
+        expect(page.locator("#state")).to_be_visible()
+        expect(page.locator("#refusal")).to_have_count(0)
 
         # A form without this session's token is refused, and says why.
         forged = context.request.post(
@@ -296,6 +306,19 @@ def test_a_refused_action_shows_its_reason(
         login.fill("#key", "tsk_not_a_key")
         login.click("button[type=submit]")
         expect(login.locator("[role=alert]")).to_have_text("the key is unknown or was revoked")
+
+
+def test_the_lookups_that_failed_show_with_their_code(setup: Setup, browser: Browser) -> None:
+    context, page = _login(browser, setup)
+    with context:
+        page.goto(f"{setup.url}/ui/?prefix={quote(setup.run + '/', safe='')}")
+        row = page.locator(f"tr[data-ref='{setup.refs['verifying']}']")
+        expect(row).to_contain_text(re.compile(r"\d+ with the lookup unavailable"))
+        page.goto(setup.page_of("verifying"))
+        expect(page.locator("#lookup-code")).to_have_text("LOOKUP_HTTP_503")
+        expect(page.locator("#work .lookup").first).to_have_text(
+            "lookup unavailable: LOOKUP_HTTP_503"
+        )
 
 
 def test_without_javascript_an_operator_rejects_and_resolves(

@@ -23,6 +23,8 @@ from toolsafe.gateway.client import GatewayClient, GatewayError
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.schema import api_keys
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.workers import WorkerRegistry
+from toolsafe.tasks.runtime import utcnow
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}
 
@@ -65,6 +67,11 @@ def test_waits_beyond_the_limit_are_429(tmp_path: Path) -> None:
     ):
         made = http.post("/v1/tools/create_invoice/calls", json={"input": INVOICE})
         ref = made.json()["operation_ref"]  # no worker runs: it stays pending
+        # A heartbeat as a busy worker's (that never takes this call): the gateway holds
+        # the wait instead of answering no_worker at once.
+        engine = make_engine(f"sqlite:///{tmp_path / 'toolsafe.db'}")
+        WorkerRegistry(engine).beat("busy@test", 1, ["toolsafe.execute"], now=utcnow())
+        engine.dispose()
         held: list[httpx.Response] = []
         holder = threading.Thread(
             target=lambda: held.append(

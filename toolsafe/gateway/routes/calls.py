@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
@@ -96,5 +97,10 @@ async def view(
     ref = principal.existing(operation_ref)
     if wait <= 0:
         return CallView.of(await state.aclient.view(ref)).response()
+    if await asyncio.to_thread(state.live_workers) == []:
+        current = await state.aclient.view(ref)
+        if not current.needs_agent:
+            # Nobody would move it within the wait: say so now instead of holding it.
+            return CallView.of(current).model_copy(update={"hint": "no_worker"}).response()
     async with state.waiting():
         return CallView.of(await state.aclient.settle(ref, state.wait_for(wait))).response()

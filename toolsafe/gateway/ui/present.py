@@ -119,6 +119,26 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def lookups(step: StepRecord) -> str:
+    """The lookups of a step being verified: those answered and those that failed."""
+    failed = step.lookups_unavailable
+    text = f"{step.verification_attempts} lookups"
+    return text + (f", {failed} with the lookup unavailable" if failed else "") + " so far"
+
+
+def lookup_result(detail: dict[str, Any]) -> str:
+    """What one ``looked_up`` event found: found, not found, or the lookup's code."""
+    summary = detail.get("lookup")
+    if not isinstance(summary, dict):
+        return ""
+    if summary.get("unavailable"):
+        return f"lookup unavailable: {summary.get('code') or 'no code'}"
+    if summary.get("found"):
+        ref = summary.get("evidence_ref")
+        return f"found{f' ({ref})' if ref else ''}"
+    return "not found" if summary.get("found") is False else ""
+
+
 def status_line(step: StepRecord) -> str:
     """One line on what the step is doing, as the overview shows it."""
     envelope = safe_envelope(step.last_envelope) or {}
@@ -137,7 +157,7 @@ def status_line(step: StepRecord) -> str:
     if step.state is S.WAITING_RETRY:
         return f"{code or 'retry'}: attempt {step.attempts} of {step.max_attempts} done"
     if step.state is S.VERIFYING:
-        return f"{code or 'outcome unknown'}: {step.verification_attempts} lookups so far"
+        return f"{code or 'outcome unknown'}: {lookups(step)}"
     if step.state is S.AWAITING_APPROVAL:
         return f"{code or 'approval required'}"
     if step.state in TERMINAL:

@@ -17,6 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
 from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.celeryconfig import QUEUES
+from toolsafe.gateway.auth import NAMESPACE_SEPARATOR
 from toolsafe.gateway.state import Gateway
 from toolsafe.gateway.ui import present
 from toolsafe.gateway.ui.session import Session, Sessions
@@ -25,6 +27,7 @@ from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import RESOLUTION_TARGETS, WAITING, StepState
 from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.overview import Count, OverviewPort, StepFilter
+from toolsafe.tasks.liveness import queue_depths
 from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import build_view, redacted_input, safe_envelope
 
@@ -239,13 +242,18 @@ def overview(
                 }
             )
     query = {"tool": tool, "group": group, "prefix": prefix}
+    total = _sum(counts, tuple(StepState))
+    elsewhere = _in_namespaces(ui, session, where) if prefix and not total.value else []
     return _render(
         request,
         "overview.html",
         session,
+        elsewhere=elsewhere,
+        workers=ui.gateway.live_workers(),
+        queues=_queues(ui),
         tools=ui.gateway.client.runtime.registry.tools(),
         counts=counts,
-        total=_sum(counts, tuple(StepState)),
+        total=total,
         sections=sections,
         selected=query,
         filtered=group,
@@ -257,6 +265,31 @@ def overview(
     )
 
 
+def _queues(ui: UiState) -> dict[str, int] | None:
+    """The broker's queue depths, ``None`` if it cannot be asked (or there is no app)."""
+    try:
+        app = ui.gateway.client.app
+    except TypeError:
+        return None
+    return queue_depths(app, QUEUES)
+
+
+def _in_namespaces(ui: UiState, session: Session, where: StepFilter) -> list[tuple[str, int]]:
+    """For a prefix no step has: the same prefix inside each key's namespace that does
+    (an agent key's refs start with ``<namespace>/``), with how many steps it finds."""
+    keys = ui.gateway.authenticator.keys
+    if keys is None or session.principal.namespace is not None or where.prefix is None:
+        return []
+    found = []
+    for namespace in sorted({key.namespace for key in keys.list() if key.namespace}):
+        candidate = f"{namespace}{NAMESPACE_SEPARATOR}{where.prefix}"
+        counts = ui.overview.counts(StepFilter(tool=where.tool, prefix=candidate))
+        count = _sum(counts, tuple(StepState)).value
+        if count:
+            found.append((candidate, count))
+    return found
+
+
 # ---------------------------------------------------------------------- a step
 
 
@@ -266,7 +299,13 @@ def _step_context(ui: UiState, ref: str) -> dict[str, Any]:
     events = store.events(ref)
     view = build_view(step, events)
     stops = present.timeline(events)
+    failures = [
+        present.lookup_result(event.detail)
+        for event in events
+        if event.kind == "looked_up" and present.lookup_result(event.detail).startswith("lookup")
+    ]
     return {
+        "failed_lookup": failures[-1].removeprefix("lookup unavailable: ") if failures else None,
         "step": step,
         "view": view,
         "group": present.group_title(step),
@@ -302,7 +341,7 @@ def step_ref(session: Session, ref: str) -> str | None:
 
 
 @router.get("/steps/{operation_ref:path}", response_model=None)
-def step_page(request: Request, operation_ref: str, done: str = "") -> Response:
+def step_page(request: Request, operation_ref: str, done: str = "", refused: str = "") -> Response:
     ui = ui_state(request)
     session = ui.sessions.of(request)
     if session is None:
@@ -317,7 +356,24 @@ def step_page(request: Request, operation_ref: str, done: str = "") -> Response:
             request, "error.html", session, 404, message=f"no step {operation_ref!r} to show"
         )
     notice = f"{done}: recorded" if done in ACTIONS else None
-    return _render(request, "step.html", session, notice=notice, refusal=None, **context)
+    return _render(
+        request, "step.html", session, notice=notice, refusal=_refusal(ui, session, refused),
+        **context,
+    )  # fmt: skip
+
+
+def _refusal(ui: UiState, session: Session, sealed: str) -> dict[str, str] | None:
+    """The refused action a redirect carries (signed for this session), else ``None``."""
+    text = ui.sessions.unseal(session, sealed) if sealed else None
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or found.get("action") not in ACTIONS:
+        return None
+    return {key: str(found.get(key, "")) for key in ("action", "code", "message")}
 
 
 def _carry_out(
@@ -370,17 +426,9 @@ async def act(request: Request, action: str, operation_ref: str) -> Response:
     except ToolsafeError as error:
         code = getattr(error, "code", type(error).__name__)
         message = getattr(error, "message", str(error))
-        try:
-            context = await run_in_threadpool(_step_context, ui, ref)
-        except StepNotFound:
-            return _render(request, "error.html", session, 404, message=f"no step {ref!r}")
-        return _render(
-            request,
-            "step.html",
-            session,
-            409,
-            notice=None,
-            refusal={"action": action, "code": code, "message": message},
-            **context,
-        )
+        # Redirect after the post (303): the page the browser shows is a GET, so its
+        # live refresh and a reload work, and a reload never posts the action again.
+        note = json.dumps({"action": action, "code": str(code), "message": str(message)})
+        query = urlencode({"refused": ui.sessions.seal(session, note)})
+        return RedirectResponse(f"/ui/steps/{quote(ref, safe='/')}?{query}", status_code=303)
     return RedirectResponse(f"/ui/steps/{quote(ref, safe='/')}?done={action}", status_code=303)

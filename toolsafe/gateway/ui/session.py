@@ -62,6 +62,23 @@ class Sessions:
     def csrf_ok(self, session: Session, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token, self.csrf_token(session))
 
+    def seal(self, session: Session, text: str) -> str:
+        """``text`` for a redirect's query, signed for this session: the page after a
+        refused action shows why, and nobody can make a link that shows another text."""
+        data = _b64(text.encode())
+        return f"{data}.{self._sign(f'note:{session.session_id}:{data}'.encode())}"
+
+    def unseal(self, session: Session, sealed: str) -> str | None:
+        """The text ``seal`` signed for this session, else ``None``."""
+        data, _, signature = sealed.partition(".")
+        expected = self._sign(f"note:{session.session_id}:{data}".encode())
+        if not signature or not hmac.compare_digest(signature, expected):
+            return None
+        try:
+            return _unb64(data).decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
+
     # ------------------------------------------------------------------ login
 
     def login(self, token: str) -> Session | str:
