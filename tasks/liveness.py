@@ -1,6 +1,7 @@
 """The worker's heartbeat in the store: a thread of the main process renews the row of
 its node every heartbeat interval and removes it at a warm shutdown, so the gateway
-knows whether any worker consumes (recovery/store/workers.py)."""
+knows whether any worker consumes (the store's ``workers`` feature,
+recovery/store/workers.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from collections.abc import Sequence
 from celery import Celery
 from sqlalchemy.exc import SQLAlchemyError
 
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.workers import WorkerRegistry
+from toolsafe.recovery.store.workers import WorkersPort
 from toolsafe.tasks.runtime import Runtime, utcnow
 from toolsafe.tasks.worker_lost import fork_guard
 
@@ -24,7 +24,7 @@ class Heartbeat:
     """Renews ``name``'s row every ``interval`` seconds until ``stop()``."""
 
     def __init__(
-        self, registry: WorkerRegistry, name: str, queues: Sequence[str], interval: float
+        self, registry: WorkersPort, name: str, queues: Sequence[str], interval: float
     ) -> None:
         self.registry = registry
         self.name = name
@@ -36,11 +36,12 @@ class Heartbeat:
 
     @classmethod
     def of(cls, runtime: Runtime, name: str, queues: Sequence[str]) -> Heartbeat | None:
-        """The heartbeat of a worker on the SQL store; ``None`` on another store."""
-        store = runtime.store
-        if not isinstance(store, StepStore):
+        """The heartbeat of a worker on a store with the ``workers`` feature; ``None``
+        on another store."""
+        backend = runtime.backend
+        if not backend.has("workers"):
             return None
-        return cls(WorkerRegistry(store.engine), name, queues, runtime.settings.heartbeat_interval)
+        return cls(backend.workers, name, queues, runtime.settings.heartbeat_interval)
 
     def start(self) -> Heartbeat:
         self._beat()  # the first one before the worker says it is ready

@@ -9,7 +9,8 @@ nothing below the ground floor is imported until a URL asks for it (as Celery's
 program with :func:`register_store`. An opener takes the URL and :class:`StoreOptions`
 and returns a :class:`Backend`.
 
-A feature the backend lacks (``keys``, ``overview``, ``tally``, ``retention``) raises
+A feature the backend lacks (``keys``, ``overview``, ``tally``, ``retention``,
+``workers``) raises
 :class:`~toolsafe.recovery.store.errors.FeatureMissing`, naming the backend and the
 feature, when it is asked for.
 """
@@ -30,6 +31,7 @@ from toolsafe.recovery.store.overview import OverviewPort
 from toolsafe.recovery.store.port import StorePort
 from toolsafe.recovery.store.retention import RetentionPort
 from toolsafe.recovery.store.tally import TallyPort
+from toolsafe.recovery.store.workers import WorkersPort
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -72,6 +74,7 @@ class Backend:
         overview: OverviewPort | None = None,
         tally: TallyPort | None = None,
         retention: RetentionPort | None = None,
+        workers: WorkersPort | None = None,
         close: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
@@ -80,6 +83,7 @@ class Backend:
         self._overview = overview
         self._tally = tally
         self._retention = retention
+        self._workers = workers
         self._close = close
 
     @property
@@ -111,6 +115,11 @@ class Backend:
         """Purge and re-sealing of stored inputs."""
         return self._feature("retention", self._retention)
 
+    @property
+    def workers(self) -> WorkersPort:
+        """The workers' heartbeats."""
+        return self._feature("workers", self._workers)
+
     def has(self, feature: str) -> bool:
         """Whether the backend has ``feature`` (one of ``errors.FEATURES``)."""
         if feature not in FEATURES:
@@ -120,6 +129,7 @@ class Backend:
             "overview": self._overview,
             "tally": self._tally,
             "retention": self._retention,
+            "workers": self._workers,
         }
         return found[feature] is not None
 

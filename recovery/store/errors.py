@@ -82,6 +82,7 @@ FEATURES: dict[str, str] = {
     "overview": "the status page's counts and pages",
     "tally": "the metrics exporter's reading of the event log",
     "retention": "purge and re-sealing of stored inputs",
+    "workers": "the workers' heartbeats (the gateway's no_worker answer, toolsafe workers)",
 }
 """A backend's optional features, each with what needs it."""
 

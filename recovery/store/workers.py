@@ -1,17 +1,18 @@
-"""The workers' heartbeats (table ``workers``): each ``toolsafe worker`` renews its row
-every heartbeat interval and removes it at a warm shutdown; a row not renewed within a
-lease is a worker that died without saying so. The gateway reads them to say whether any
-worker consumes (``no_worker``), the status page to show them."""
+"""The workers' heartbeats, an optional feature of a store (``Backend.workers``): each
+``toolsafe worker`` renews its row every heartbeat interval and removes it at a warm
+shutdown; a row not renewed within a lease is a worker that died without saying so. The
+gateway reads them to say whether any worker consumes (``no_worker``), the status page
+and ``toolsafe workers`` to show them. The SQL backend keeps them in ``workers``
+(``sql/workers.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
-from sqlalchemy import Engine, delete, insert, select, update
-
-from toolsafe.recovery.schema import workers
+__all__ = ["WorkerBeat", "WorkersPort"]
 
 
 @dataclass(frozen=True)
@@ -29,48 +30,21 @@ class WorkerBeat:
         return now - self.last_seen <= timedelta(seconds=within)
 
 
-class WorkerRegistry:
-    """The heartbeats in the SQL store of ``engine``."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+class WorkersPort(Protocol):
+    """What a backend with the ``workers`` feature keeps of the workers' heartbeats."""
 
     def beat(self, name: str, pid: int, queues: Sequence[str], *, now: datetime) -> None:
         """Renew ``name``'s row, or add it (its start time is the first beat's)."""
-        joined = ",".join(queues)[:400]
-        with self.engine.begin() as connection:
-            renewed = connection.execute(
-                update(workers)
-                .where(workers.c.name == name)
-                .values(pid=pid, queues=joined, last_seen=now)
-            ).rowcount
-            if not renewed:
-                connection.execute(
-                    insert(workers).values(
-                        name=name, pid=pid, queues=joined, started_at=now, last_seen=now
-                    )
-                )
+        ...
 
     def forget(self, name: str) -> None:
         """Remove ``name``'s row (a warm shutdown)."""
-        with self.engine.begin() as connection:
-            connection.execute(delete(workers).where(workers.c.name == name))
+        ...
 
     def all(self) -> list[WorkerBeat]:
         """Every row, the most recently seen first (dead ones included)."""
-        with self.engine.connect() as connection:
-            rows = connection.execute(select(workers).order_by(workers.c.last_seen.desc()))
-            return [
-                WorkerBeat(
-                    name=row.name,
-                    pid=row.pid,
-                    queues=tuple(part for part in row.queues.split(",") if part),
-                    started_at=row.started_at,
-                    last_seen=row.last_seen,
-                )
-                for row in rows
-            ]
+        ...
 
     def live(self, now: datetime, within: float) -> list[WorkerBeat]:
         """The workers renewed within the last ``within`` seconds."""
-        return [beat for beat in self.all() if beat.alive(now, within)]
+        ...

@@ -22,7 +22,7 @@ SURFACE = tuple(
     f"toolsafe.{room}"
     for room in (
         "cli", "demo", "chaos", "harness", "metrics", "worker", "reference", "gateway",
-        "mcp", "ui", "integrations", "conformance", "agents", "testing",
+        "mcp", "ui", "integrations", "conformance", "agents", "testing", "up",
     )
 )  # fmt: skip
 # Names a toolsafe module must never import bare: a user's own tasks.py or
@@ -423,6 +423,8 @@ CLI_ROOMS = (
     "metrics/cli.py",
     "gateway/cli.py",
     "cli/mcp.py",
+    "cli/workers.py",
+    "up/run.py",
 )
 
 

@@ -85,13 +85,11 @@ def steps_list(args: argparse.Namespace) -> int:
 
 def _hint_namespaces(prefix: str) -> None:
     """For a prefix no step has: the key namespaces in which it finds steps (stderr)."""
-    from toolsafe.recovery.store import StepStore
-    from toolsafe.recovery.store.keys import KeyStore
-
-    store = _store()
-    if not isinstance(store, StepStore):
+    backend = _client().runtime.backend
+    if not backend.has("keys"):
         return
-    keys = KeyStore(store.engine).list()
+    store = backend.steps
+    keys = backend.keys.list()
     found = [
         f"{namespace}/{prefix}"
         for namespace in sorted({key.namespace for key in keys if key.namespace})
@@ -136,16 +134,14 @@ def _show(view: StepView, stored_input: dict[str, Any]) -> None:
 def namespaced(client: Client, ref: str) -> list[str]:
     """The refs ``<namespace>/<ref>`` that exist, one per key namespace: a key with a
     namespace puts it in front of every ref it submits (docs/gateway.md)."""
-    from toolsafe.recovery.store import StepNotFound, StepStore
-    from toolsafe.recovery.store.keys import KeyStore
+    from toolsafe.recovery.store import StepNotFound
 
-    store = client.runtime.store
-    if not isinstance(store, StepStore):
+    backend = client.runtime.backend
+    if not backend.has("keys"):
         return []
+    store = backend.steps
     found = []
-    for namespace in sorted(
-        {key.namespace for key in KeyStore(store.engine).list() if key.namespace}
-    ):
+    for namespace in sorted({key.namespace for key in backend.keys.list() if key.namespace}):
         candidate = f"{namespace}/{ref}"
         try:
             store.get(candidate)

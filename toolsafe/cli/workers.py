@@ -30,16 +30,15 @@ def add_parser(commands: Any) -> None:
 
 
 def workers_command(args: argparse.Namespace) -> int:
-    from toolsafe.recovery.db import make_engine
-    from toolsafe.recovery.store.workers import WorkerRegistry
+    from toolsafe.recovery.store import open_store
     from toolsafe.tasks.runtime import utcnow
 
     settings = args.settings
-    engine = make_engine(settings.database_url)
+    backend = open_store(settings.database_url)
     try:
-        beats = WorkerRegistry(engine).all()
+        beats = backend.workers.all()
     finally:
-        engine.dispose()
+        backend.close()
     now = utcnow()
     if args.node is not None:
         beats = [beat for beat in beats if beat.name == args.node]

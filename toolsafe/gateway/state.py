@@ -13,8 +13,7 @@ from fastapi import Request
 
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem
-from toolsafe.recovery.store import StepStore
-from toolsafe.recovery.store.workers import WorkerBeat, WorkerRegistry
+from toolsafe.recovery.store.workers import WorkerBeat, WorkersPort
 from toolsafe.settings import Settings
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client
@@ -31,14 +30,14 @@ class Gateway:
     authenticator: Authenticator
     waits: int = 0
     aclient: AsyncClient = field(init=False)
-    workers: WorkerRegistry | None = field(init=False)
+    workers: WorkersPort | None = field(init=False)
     _live: tuple[float, list[WorkerBeat]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.aclient = AsyncClient(self.client)
-        store = self.client.runtime.store
-        # The heartbeats live in the SQL store; another store cannot tell (None).
-        self.workers = WorkerRegistry(store.engine) if isinstance(store, StepStore) else None
+        backend = self.client.runtime.backend
+        # A store without the workers feature cannot tell whether a worker consumes (None).
+        self.workers = backend.workers if backend.has("workers") else None
 
     def live_workers(self) -> list[WorkerBeat] | None:
         """The workers whose heartbeat is younger than a lease; ``None`` when the store

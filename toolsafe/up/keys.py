@@ -9,9 +9,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine
-
-from toolsafe.recovery.store.keys import KeyStore
+from toolsafe.recovery.store.keys import KeysPort
 from toolsafe.tasks.runtime import utcnow
 
 
@@ -23,9 +21,8 @@ class UpKeys:
     reused: bool
 
 
-def keys_for(engine: Engine, folder: Path) -> UpKeys:
+def keys_for(store: KeysPort, folder: Path) -> UpKeys:
     """The keys of ``folder/keys.json`` if both still verify, else two new ones."""
-    store = KeyStore(engine)
     path = folder / "keys.json"
     if path.exists():
         try:

@@ -95,7 +95,8 @@ def _up(args: argparse.Namespace, folder: Path, port: int, children: list[Proces
 
     from toolsafe.harness import DownstreamProcess, child_env, spawn, start_beat, toolsafe_command
     from toolsafe.harness.workers import WorkerOptions, start_worker
-    from toolsafe.recovery.db import make_engine, migrate
+    from toolsafe.recovery.db import migrate
+    from toolsafe.recovery.store import open_store
     from toolsafe.up.keys import keys_for
 
     broker = args.broker
@@ -114,11 +115,11 @@ def _up(args: argparse.Namespace, folder: Path, port: int, children: list[Proces
         settings["TOOLSAFE_ADAPTERS"] = "toolsafe.adapters.examples"
         settings["TOOLSAFE_EXAMPLE_DOWNSTREAM_URL"] = downstream.url
         _say(f"toolsafe up: example downstream {downstream.url} (log {folder}/downstream.log)")
-    engine = make_engine(database)
+    backend = open_store(database)
     try:
-        keys = keys_for(engine, folder)
+        keys = keys_for(backend.keys, folder)
     finally:
-        engine.dispose()
+        backend.close()
     env = {**child_env(settings), "PYTHONUNBUFFERED": "1"}
     gateway = spawn(
         "gateway",

@@ -1,6 +1,6 @@
 """The SQL backend as :func:`~toolsafe.recovery.store.backend.open_store` opens it for
 ``postgresql://`` (and its driver forms) and ``sqlite://`` URLs: the step store on a new
-engine, with every optional feature (keys, overview, tally, retention)."""
+engine, with every optional feature (keys, overview, tally, retention, workers)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from toolsafe.recovery.store.sql.overview import Overview
 from toolsafe.recovery.store.sql.retention import SqlRetention
 from toolsafe.recovery.store.sql.steps import StepStore
 from toolsafe.recovery.store.sql.tally import SqlTally
+from toolsafe.recovery.store.sql.workers import WorkerRegistry
 
 __all__ = ["open_sql", "sql_backend"]
 
@@ -25,6 +26,7 @@ def sql_backend(store: StepStore, *, dispose: bool = True) -> Backend:
         overview=Overview(engine),
         tally=SqlTally(store),
         retention=SqlRetention(store),
+        workers=WorkerRegistry(engine),
         close=engine.dispose if dispose else None,
     )
 

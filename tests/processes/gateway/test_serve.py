@@ -23,7 +23,7 @@ from toolsafe.gateway.client import GatewayClient, GatewayError
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.schema import api_keys
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.workers import WorkerRegistry
+from toolsafe.recovery.store.sql.workers import WorkerRegistry
 from toolsafe.tasks.runtime import utcnow
 
 INVOICE = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}

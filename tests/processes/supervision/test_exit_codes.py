@@ -17,7 +17,7 @@ from toolsafe.harness import Process, child_env, spawn, start_beat, toolsafe_com
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.harness.workers import WORKER_READY
 from toolsafe.recovery.db import make_engine, migrate
-from toolsafe.recovery.store.workers import WorkerRegistry
+from toolsafe.recovery.store.sql.workers import WorkerRegistry
 
 pytestmark = [pytest.mark.slow]
 
