@@ -16,20 +16,27 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
+from toolsafe.recovery.store.errors import FeatureMissing
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+DATABASES: Final = frozenset({"postgresql", "sqlite"})
 READ_ONLY: Final = "toolsafe_read_only"
 """Execution option: an SQLite transaction that only reads starts with a plain BEGIN."""
 
 
 def normalize_url(url: str | URL) -> URL:
-    """``postgresql://`` and ``postgres://`` mean psycopg 3; everything else is kept."""
+    """``postgresql://`` and ``postgres://`` mean psycopg 3; everything else is kept. A
+    store URL that names no database (``memory://``) raises ``FeatureMissing``: there
+    is no schema to migrate, no engine to make."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url.removeprefix("postgres://")
     parsed = make_url(url)
+    if parsed.get_backend_name() not in DATABASES:
+        raise FeatureMissing(parsed.get_backend_name(), "migrations")
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed

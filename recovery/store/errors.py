@@ -85,10 +85,12 @@ FEATURES: dict[str, str] = {
     "workers": "the workers' heartbeats (the gateway's no_worker answer, toolsafe workers)",
 }
 """A backend's optional features, each with what needs it."""
+_NEEDED: dict[str, str] = {**FEATURES, "migrations": "a database schema for toolsafe migrate"}
 
 
 class FeatureMissing(ToolsafeError, LookupError):
-    """The store ``backend`` has no ``feature`` (one of :data:`FEATURES`)."""
+    """The store ``backend`` has no ``feature`` (one of :data:`FEATURES`, or
+    ``migrations``: a store URL that names no database)."""
 
     def __init__(self, backend: str, feature: str) -> None:
         super().__init__(backend, feature)
@@ -96,7 +98,7 @@ class FeatureMissing(ToolsafeError, LookupError):
         self.feature = feature
 
     def __str__(self) -> str:
-        needed = FEATURES.get(self.feature, self.feature)
+        needed = _NEEDED.get(self.feature, self.feature)
         return (
             f"the {self.backend} store has no {self.feature} ({needed}); "
             "use a store that has it, such as postgresql:// or sqlite:///path"

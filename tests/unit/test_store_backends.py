@@ -179,3 +179,15 @@ def test_the_operators_commands_refuse_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"toolsafe: error: the journal store has no {feature} (")
     assert err.count("\n") == 1
+
+
+def test_migrate_on_a_store_without_a_database_refuses_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLSAFE_DATABASE_URL", "memory://")
+    assert main(["migrate"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err == (
+        "toolsafe: error: the memory store has no migrations (a database schema for "
+        "toolsafe migrate); use a store that has it, such as postgresql:// or sqlite:///path\n"
+    )
