@@ -211,9 +211,9 @@ def run_concurrent(
             )
             with (
                 tempfile.TemporaryDirectory(prefix="toolsafe-bench-submit-") as folder,
-                gateway(env, Path(folder)) as url,
+                gateway(env, Path(folder)) as served,
             ):
-                remotes = [GatewayClient(url, token, timeout=30) for _ in range(agents)]
+                remotes = [GatewayClient(served.url, token, timeout=30) for _ in range(agents)]
                 try:
                     for remote in remotes:  # connections open before the clock starts
                         remote.submit(TOOL, {"n": 0, "call_ms": 0}, f"{prefix}w/{id(remote)}")

@@ -56,8 +56,12 @@ def test_profile_step_times_the_three_bodies(pg_url: str, redis_url: str) -> Non
 
 
 def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
-    out = run_benchmark("submit_cost", pg_url, redis_url, "--calls", "20", "--batch", "10")
+    out = run_benchmark(
+        "submit_cost", pg_url, redis_url,
+        "--calls", "20", "--batch", "10", "--agents", "4", "--agent-calls", "3",
+    )  # fmt: skip
     assert "submit_many (batches of 10)" in out
+    assert "gateway, shared commits" in out and "in process, one commit each" in out
     assert "submit / plain send_task" in out and "submit_many from one thread" in out
     assert out.count(" met") + out.count("NOT met") >= 2
 

@@ -71,7 +71,7 @@ def test_a_hard_restart_resends_the_lost_hints_once_and_a_quiet_run_none(
     resent = publisher.backlog()
     assert resent is not None and lost <= resent <= 1.1 * lost
 
-    cluster.start_worker("lost", concurrency=2, beat=False)
+    cluster.start_worker("lost", concurrency=2, beat=True)
     store = cluster.client.runtime.store
     cluster.wait_for(
         lambda: all(store.get(ref).state is StepState.SUCCEEDED for ref in refs),
