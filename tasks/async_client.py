@@ -89,6 +89,9 @@ class AsyncClient:
     async def cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
         return await self._run(self.client.cancel, operation_ref, reason, by=by)
 
+    async def request_cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
+        return await self._run(self.client.request_cancel, operation_ref, reason, by=by)
+
     async def approve(self, operation_ref: str, approver: str, reason: str) -> StepView:
         return await self._run(self.client.approve, operation_ref, approver, reason)
 

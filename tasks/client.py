@@ -7,6 +7,7 @@ Views carry only what the model may see (``toolsafe.tasks.views``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,10 +20,12 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from toolsafe.adapters.errors import (
     INPUT_NOT_AN_OBJECT,
     INPUT_NOT_JSON,
+    INPUT_TOO_DEEP,
     INPUT_TOO_LARGE,
     ToolsafeError,
 )
 from toolsafe.adapters.errors import InvalidInput as InvalidInput
+from toolsafe.adapters.json_input import MAX_JSON_DEPTH, JsonInputError, check_value
 from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.canonical import canonical_json, input_hash
@@ -30,6 +33,7 @@ from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
+from toolsafe.recovery.states import TERMINAL as TERMINAL_STATES
 from toolsafe.recovery.store import Recorded, StepRecord
 from toolsafe.recovery.store.submission import in_batch
 from toolsafe.settings import Settings, SettingsError
@@ -281,6 +285,13 @@ class Client:
         if not isinstance(input, Mapping):
             raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
         try:
+            check_value(input)
+        except JsonInputError as error:
+            if error.fault == "too_deep":
+                reason = f"{INPUT_TOO_DEEP} > {MAX_JSON_DEPTH} levels"
+                raise InvalidInput(tool, (("input", reason),), INPUT_TOO_DEEP) from None
+            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+        try:
             size = len(canonical_json(input).encode("utf-8"))
         except (TypeError, ValueError, RecursionError):
             # Keys or values JSON cannot carry (a set, NaN, a nested object too deep).
@@ -395,6 +406,24 @@ class Client:
             operation_ref, by=by, reason=reason, now=utcnow(), **self._rules(step)
         )
         return self._after(recorded)
+
+    def request_cancel(self, operation_ref: str, reason: str, by: str = "agent") -> StepView:
+        """Cancel the step if it can be cancelled now; else record the request (a running
+        step, or one whose outcome is unknown), which takes effect once the step waits
+        with nothing written, never turning a write that happened into "cancelled".
+        A step already over is left as it is. The step's view either way."""
+        try:
+            return self.cancel(operation_ref, reason, by=by)
+        except TransitionRefused:
+            step = self.runtime.store.get(operation_ref)
+            if step.state in TERMINAL_STATES:
+                return self.view(operation_ref)
+        self.runtime.store.request_cancel(operation_ref, by=by, reason=reason, now=utcnow())
+        # The worker may have recorded its outcome between the refusal and the request
+        # (and so not seen it): the request applies to a step that waits now, too.
+        with contextlib.suppress(TransitionRefused):
+            return self.cancel(operation_ref, reason, by=by)
+        return self.view(operation_ref)
 
     # ------------------------------------------------------------------ operators
 

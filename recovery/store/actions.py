@@ -7,12 +7,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from toolsafe.recovery.outcomes import Approved, Cancelled, Outcome, Rejected, Resolved
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import Recorded
 from toolsafe.recovery.states import StepState
+
+CANCEL_REQUESTED: Final = "cancel_requested"
+"""The event kind of :meth:`StepActions.request_cancel`."""
 
 
 class StepActions(ABC):
@@ -32,6 +35,28 @@ class StepActions(ABC):
     ) -> Recorded:
         """Decide on ``outcome`` for the step and write it with a ``kind`` event; raises
         ``TransitionRefused`` (writing nothing) when the lifecycle does not allow it."""
+
+    @abstractmethod
+    def _note(
+        self, operation_ref: str, *, kind: str, label: str, detail: Mapping[str, Any], now: datetime
+    ) -> StepState:
+        """Append a ``kind`` event about the step without changing it (the step's state
+        as both ends); returns that state, or raises ``StepNotFound``."""
+
+    def request_cancel(
+        self, operation_ref: str, *, by: str, reason: str, now: datetime
+    ) -> StepState:
+        """Record a cancellation asked for while the step cannot be cancelled (running,
+        or its outcome unknown): a ``cancel_requested`` event, no change of state. The
+        worker honours it when the step next waits with nothing written
+        (``toolsafe.tasks.pipeline``); a write verification finds stays a success."""
+        return self._note(
+            operation_ref,
+            kind=CANCEL_REQUESTED,
+            label="cancel requested",
+            detail={"by": by, "reason": reason},
+            now=now,
+        )
 
     def approve(
         self,

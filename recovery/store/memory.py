@@ -440,6 +440,24 @@ class MemoryStore(MemorySweeper, StepActions):
             values_for=lambda _step, _decision: {"input": to_store},
         )
 
+    def _note(
+        self, operation_ref: str, *, kind: str, label: str, detail: Mapping[str, Any], now: datetime
+    ) -> StepState:
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is None:
+                raise StepNotFound(operation_ref)
+            self._tables.append(
+                operation_ref=operation_ref,
+                at=now,
+                kind=kind,
+                from_state=current.state,
+                to_state=current.state,
+                label=label,
+                detail=detail,
+            )
+            return current.state
+
     def _decided(
         self,
         operation_ref: str,
