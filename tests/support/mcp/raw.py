@@ -21,15 +21,15 @@ TASKS: Final = "io.modelcontextprotocol/tasks"
 INVOICE: Final[dict[str, Any]] = {"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}
 
 
-def envelope(*, tasks: bool = False, **extra: Any) -> dict[str, Any]:
+def envelope(*, tasks: bool = False, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A 2026-07-28 request's ``_meta``: the protocol version and the capabilities on
     every request, no ``initialize``."""
-    extensions = {TASKS: {}} if tasks else {}
+    extensions: dict[str, Any] = {TASKS: {}} if tasks else {}
     return {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
         "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"},
-        **extra,
+        **(extra or {}),
     }
 
 
@@ -37,10 +37,10 @@ def request(request_id: int, method: str, params: Mapping[str, Any]) -> dict[str
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
 
 
-def call(request_id: int, ref: str, arguments: Any, **meta: Any) -> dict[str, Any]:
+def call(request_id: int, ref: str, arguments: Any, *, tasks: bool = False) -> dict[str, Any]:
     """A stateless ``tools/call`` of ``create_invoice`` under ``ref``."""
     params = {"name": "create_invoice", "arguments": arguments}
-    params["_meta"] = envelope(**{"toolsafe/operation_ref": ref}, **meta)
+    params["_meta"] = envelope(tasks=tasks, extra={"toolsafe/operation_ref": ref})
     return request(request_id, "tools/call", params)
 
 
