@@ -90,12 +90,12 @@ class ToolsafeMCP:
         wait: float,
         namespace_of: NamespaceOf = _no_namespace,
         actor_of: ActorOf = _mcp_actor,
-        wait_slot: WaitSlot = _any_wait,
+        wait_slot: WaitSlot | None = None,
         name: str = "toolsafe",
     ) -> None:
         self.client = client
         self.wait = wait
-        self.wait_slot = wait_slot
+        self.wait_slot: WaitSlot = wait_slot if wait_slot is not None else _any_wait
         self.namespace_of = namespace_of
         self.actor_of = actor_of
         # Scope of refs derived from request ids where the transport has no session:
