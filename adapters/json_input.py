@@ -12,7 +12,12 @@ from typing import Final, Literal
 
 import pydantic_core
 
-from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.errors import (
+    INPUT_NOT_JSON,
+    INPUT_TOO_DEEP,
+    InvalidInput,
+    ToolsafeError,
+)
 
 MAX_JSON_DEPTH: Final = 64
 """Arrays and objects nested deeper than this are refused (a tool's input never needs
@@ -83,3 +88,16 @@ def read_json(data: bytes | str, limit: int = MAX_JSON_DEPTH) -> object:
         raise JsonInputError("not_json", f"not JSON: {reason}") from None
     check_value(value, limit)
     return value
+
+
+def check_input(tool: str, value: object, limit: int = MAX_JSON_DEPTH) -> None:
+    """:func:`check_value` for a tool's input, as the ``InvalidInput`` a submit raises
+    (``INPUT_TOO_DEEP``, ``INPUT_NOT_JSON``): every client refuses the same input the
+    same way, before anything is stored or sent."""
+    try:
+        check_value(value, limit)
+    except JsonInputError as error:
+        if error.fault == "too_deep":
+            reason = f"{INPUT_TOO_DEEP} > {limit} levels"
+            raise InvalidInput(tool, (("input", reason),), INPUT_TOO_DEEP) from None
+        raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None

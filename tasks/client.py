@@ -20,12 +20,11 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from toolsafe.adapters.errors import (
     INPUT_NOT_AN_OBJECT,
     INPUT_NOT_JSON,
-    INPUT_TOO_DEEP,
     INPUT_TOO_LARGE,
     ToolsafeError,
 )
 from toolsafe.adapters.errors import InvalidInput as InvalidInput
-from toolsafe.adapters.json_input import MAX_JSON_DEPTH, JsonInputError, check_value
+from toolsafe.adapters.json_input import check_input
 from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.canonical import canonical_json, input_hash
@@ -284,13 +283,7 @@ class Client:
         """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
         if not isinstance(input, Mapping):
             raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
-        try:
-            check_value(input)
-        except JsonInputError as error:
-            if error.fault == "too_deep":
-                reason = f"{INPUT_TOO_DEEP} > {MAX_JSON_DEPTH} levels"
-                raise InvalidInput(tool, (("input", reason),), INPUT_TOO_DEEP) from None
-            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
+        check_input(tool, input)
         try:
             size = len(canonical_json(input).encode("utf-8"))
         except (TypeError, ValueError, RecursionError):

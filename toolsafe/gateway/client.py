@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from toolsafe.adapters.errors import INPUT_CODES, ToolsafeError, UnknownToolError
+from toolsafe.adapters.json_input import check_input
 from toolsafe.gateway.models import CallView
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -90,6 +91,7 @@ class Calls:
     """Every operation as a :class:`Request`, and every answer as a ``StepView``."""
 
     def submit(self, tool: str, input: Mapping[str, Any], operation_ref: str | None) -> Request:
+        check_input(tool, input)  # what the gateway would refuse, refused before sending
         headers = {"Idempotency-Key": operation_ref} if operation_ref is not None else {}
         return Request(
             "POST", f"/v1/tools/{quote(tool, safe='')}/calls", {"input": dict(input)}, {}, headers
@@ -100,6 +102,7 @@ class Calls:
         return Request("GET", _path(operation_ref), params=params)
 
     def provide_input(self, operation_ref: str, new_input: Mapping[str, Any]) -> Request:
+        check_input("", new_input)
         return Request("POST", _path(operation_ref, "input"), {"input": dict(new_input)})
 
     def cancel(self, operation_ref: str, reason: str, by: str | None) -> Request:
