@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.mcp.raw import INVOICE, RawStdio, bad_lines, call, envelope, line, request
 from tests.support.pipeline.harness import Cluster, cluster_for
+from toolsafe.mcp.wire import MAX_LINE_BYTES
 from toolsafe.recovery.store import StepNotFound
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -61,6 +62,9 @@ def test_every_bad_line_is_answered_and_nothing_is_stored_or_sent(setup: Setup) 
         assert "not valid UTF-8" in server.answer(ANSWER_WITHIN)["error"]["message"]
         server.send(b"[" * 10_000)
         assert "deeper than 64" in server.answer(ANSWER_WITHIN)["error"]["message"]
+        # A line over 4 MiB is refused and skipped, never held whole.
+        server.send(b'{"jsonrpc":"2.0","id":10,"method":"' + b"x" * (MAX_LINE_BYTES + 10) + b'"}')
+        assert server.answer(ANSWER_WITHIN)["error"]["code"] == -32600
         server.send(b'{"jsonrpc":"2.0","id":9}')
         assert server.answer(ANSWER_WITHIN)["id"] == 9  # the id of a malformed request kept
 
