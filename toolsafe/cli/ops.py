@@ -14,9 +14,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from toolsafe.adapters.json_input import JsonInputError, read_json
-from toolsafe.cli.acting import Action, act
+from toolsafe.cli.acting import act
 from toolsafe.recovery.states import REDRIVEN, StepState, ui_group
 from toolsafe.recovery.store import StepRecord, StorePort
+from toolsafe.tasks.repeats import Action
 from toolsafe.tasks.views import StepView, build_view, redacted_input
 
 if TYPE_CHECKING:
