@@ -4,6 +4,9 @@ namespaces scope every ref and task."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.conftest import IN_CI
 from tests.support.gateway.harness import GatewayServer, gateway_for, make_key
 from tests.support.mcp.raw import MODERN, bad_lines
 from tests.support.mcp.support import http_session, meta, structured, text
@@ -234,3 +238,48 @@ def test_the_sdks_client_in_both_modes_over_http(setup: Setup) -> None:
     anyio.run(run)
     for ref in refs.values():
         assert cluster.effects(f"team-a/{ref}") == 1
+
+
+NODE_TEST = Path(__file__).parent / "node"
+
+
+def _node_or_fail() -> tuple[str, str]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        message = "node and npm are needed for the MCP TypeScript SDK's test"
+        if IN_CI:
+            pytest.fail(f"{message}; CI runs it")
+        pytest.skip(message)
+    return node, npm
+
+
+def test_the_typescript_sdks_client(setup: Setup) -> None:
+    """The official MCP TypeScript SDK's ``Client`` over ``/mcp`` (the version pinned in
+    ``node/package.json``, installed by npm here): tools, a call and its replay, a
+    refused input; one effect for the call, none for the refusal."""
+    node, npm = _node_or_fail()
+    subprocess.run(
+        [npm, "install", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=NODE_TEST,
+        check=True,
+        timeout=240,
+    )
+    prefix = f"ts-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TOOLSAFE_MCP_URL": setup.url,
+        "TOOLSAFE_KEY": setup.agent_a,
+        "TOOLSAFE_REF_PREFIX": prefix,
+    }
+    ran = subprocess.run(
+        [node, "--test", "mcp_client.test.mjs"],
+        cwd=NODE_TEST,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
+    assert "# pass 1" in ran.stdout and "# fail 0" in ran.stdout, ran.stdout[-2000:]
+    assert setup.cluster.effects(f"team-a/{prefix}/ts-call") == 1
+    assert setup.cluster.effects(f"team-a/{prefix}/ts-refused") == 0
