@@ -20,7 +20,7 @@ from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_look
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import DUE_LATER, StepState
+from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
@@ -32,11 +32,6 @@ log = logging.getLogger("toolsafe.pipeline")
 
 UNKNOWN_TOOL: Final = codes.UNKNOWN_TOOL
 SECRET_KEY_MISSING: Final = codes.SECRET_KEY_MISSING
-# Where a cancellation asked for while the step ran, or while its outcome was unknown,
-# takes effect: the step now waits, and nothing of it was written.
-CANCEL_LATER: Final = frozenset(
-    {StepState.WAITING_RETRY, StepState.NEEDS_INPUT, StepState.AWAITING_APPROVAL}
-)
 
 
 class Hints(Protocol):

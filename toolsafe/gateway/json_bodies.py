@@ -15,7 +15,6 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolsafe.adapters.json_input import JsonInputError, read_json
-from toolsafe.gateway.models import FieldProblem
 from toolsafe.gateway.problems import ApiProblem, problem_response
 
 CHECKED_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
@@ -89,9 +88,8 @@ class JsonBodies:
             else:
                 problem = ApiProblem(
                     "INVALID_REQUEST",
-                    f"the body is not JSON the gateway can read exactly: {detail}",
+                    f"the body is not JSON the gateway can read exactly ({fault}): {detail}",
                     status=400,
-                    errors=[FieldProblem(field="body", code=f"JSON_{fault}".upper())],
                 )
                 await problem_response(problem, path)(scope, receive, send)
             return
