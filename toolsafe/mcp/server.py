@@ -30,6 +30,7 @@ from mcp_types import (
     PaginatedRequestParams,
     Tool,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import InvalidInput, UnknownToolError
@@ -164,7 +165,9 @@ class ToolsafeMCP:
         except (OperationRefConflict, InvalidOperationRef, TransitionRefused) as error:
             code = getattr(error, "code", type(error).__name__)
             return refusal_result(str(code), str(error))
-        if tasks.wants_tasks(ctx.meta):
+        if tasks.wants_tasks(ctx.meta) and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # (A handshake client's _meta may name the extension; its protocol has no
+            # place for a task, so it gets the bounded wait.)
             return tasks.created(view, utcnow()).wire()
         if not view.needs_agent:
             async with self.wait_slot() as held:

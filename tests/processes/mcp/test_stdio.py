@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -18,10 +18,15 @@ from mcp.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolResult
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolResult,
+    RequestParamsMeta,
+)
 
 from tests.support.gateway.harness import ROOT
-from tests.support.mcp.raw import MODERN
+from tests.support.mcp.raw import MODERN, TASKS
 from tests.support.mcp.support import kill_mcp_servers, meta, stdio_session, structured, text
 from tests.support.pipeline.harness import Cluster, cluster_for
 from toolsafe.mcp.client import ToolsafeTasks, answer_of, cancel_task, get_task
@@ -240,7 +245,7 @@ def test_the_sdks_client_on_the_handshake_and_on_2026_07_28(setup: Setup) -> Non
     timeout starts.) Without the extension a client gets no task, and tasks/get says
     which capability it lacks. A success's text names its evidence."""
     cluster = setup.cluster
-    refs = {mode: _ref() for mode in ("legacy", MODERN, "plain")}
+    refs = {mode: _ref() for mode in ("legacy", "claims", MODERN, "plain")}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "toolsafe", "mcp", "--wait", "10"],
@@ -265,6 +270,18 @@ def test_the_sdks_client_on_the_handshake_and_on_2026_07_28(setup: Setup) -> Non
         async with Client(params, mode="legacy") as client:
             assert client.session.protocol_version == "2025-11-25"
             confirmed(await settled(client, refs["legacy"]))
+            # A handshake client naming the extension in _meta gets no task: its
+            # protocol has no place for one.
+            claims = cast(
+                RequestParamsMeta,
+                {REF: refs["claims"], CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS: {}}}},
+            )
+            for _ in range(10):
+                answer = await client.call_tool("create_invoice", INVOICE, meta=claims)
+                assert isinstance(answer, CallToolResult) and answer.is_error is False
+                if "in_progress" not in structured(answer):
+                    break
+            confirmed(answer)
         async with Client(params, mode=MODERN, extensions=[ToolsafeTasks()]) as client:
             assert client.session.protocol_version == MODERN
             confirmed(
