@@ -1,8 +1,9 @@
 """JSON bodies the gateway cannot read exactly are refused before any route (or MCP)
 sees them: bytes that are not UTF-8, a lone surrogate escape, NaN, nesting deeper than
 ``toolsafe.adapters.json_input.MAX_JSON_DEPTH``. ``/v1`` answers a problem
-(``INVALID_REQUEST``, 400, the body's fault named), ``/mcp`` a JSON-RPC error as MCP's
-stdio does (``-32700``; ``-32600`` for a batch or a value that is not one message).
+(``INVALID_REQUEST``, 422, the body's fault named; plain malformed JSON is left to the
+route's own 422), ``/mcp`` a JSON-RPC error as MCP's stdio does (``-32700``; ``-32600``
+for a batch or a value that is not one message; HTTP 400).
 
 Runs inside ``Limits``, which has read the body whole (never past its limit) into one
 message, so the check reads it once more and replays it."""
@@ -81,6 +82,8 @@ class JsonBodies:
                 break
         body = b"".join(chunks)
         refused = _refusal(body, is_mcp)
+        if refused is not None and not is_mcp and refused[2] == "not_json":
+            refused = None  # plain malformed JSON: the route's own 422 names where
         if refused is not None:
             code, detail, fault = refused
             if is_mcp:
@@ -89,7 +92,6 @@ class JsonBodies:
                 problem = ApiProblem(
                     "INVALID_REQUEST",
                     f"the body is not JSON the gateway can read exactly ({fault}): {detail}",
-                    status=400,
                 )
                 await problem_response(problem, path)(scope, receive, send)
             return

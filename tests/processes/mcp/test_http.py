@@ -158,7 +158,7 @@ def test_bad_input_over_http_is_answered_and_nothing_is_stored(setup: Setup) -> 
         },
         timeout=30,
     )
-    assert refused.status_code == 400, refused.text
+    assert refused.status_code == 422, refused.text
     assert refused.json()["code"] == "INVALID_REQUEST"
     assert "deeper than 64 levels" in refused.json()["detail"]
     with pytest.raises(StepNotFound):
