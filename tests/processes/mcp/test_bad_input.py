@@ -91,3 +91,26 @@ def test_every_bad_line_is_answered_and_nothing_is_stored_or_sent(setup: Setup) 
     after = dict(cluster.downstream.effects())
     assert after.pop(f"{prefix}/good") == 1
     assert after == before, "a malformed input reached the downstream"
+
+
+def test_a_call_against_a_database_without_the_schema_says_to_migrate(tmp_path: Path) -> None:
+    """Never the driver's raw "no such table": one JSON-RPC error naming the fix."""
+    broker = tmp_path / "broker"
+    for folder in ("queue", "control", "processed"):
+        (broker / folder).mkdir(parents=True)
+    env = {
+        "TOOLSAFE_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
+        "TOOLSAFE_BROKER_URL": f"filesystem://{broker}",
+        "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
+    }
+    server = RawStdio(env, tmp_path / "mcp.log", "--wait", "1")
+    try:
+        server.send(line(call(1, "schema/none", INVOICE)))
+        error = server.answer(ANSWER_WITHIN)["error"]
+        assert error["code"] == -32603, error
+        assert "run `toolsafe migrate` first" in error["message"]
+        assert "no such table" not in error["message"] and error["data"]["code"] == "SCHEMA_MISSING"
+        assert server.close() == 0
+    finally:
+        if server.process.poll() is None:
+            server.close()
