@@ -67,14 +67,23 @@ INVALID_INPUT: Final = "INVALID_INPUT"
 INPUT_TOO_LARGE: Final = "INPUT_TOO_LARGE"
 INPUT_NOT_AN_OBJECT: Final = "INPUT_NOT_AN_OBJECT"
 INPUT_NOT_JSON: Final = "INPUT_NOT_JSON"
-INPUT_CODES: Final = (INVALID_INPUT, INPUT_TOO_LARGE, INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON)
+INPUT_TOO_DEEP: Final = "INPUT_TOO_DEEP"
+INPUT_CODES: Final = (
+    INVALID_INPUT,
+    INPUT_TOO_LARGE,
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    INPUT_TOO_DEEP,
+)
 """``InvalidInput.code``: fields fail the adapter's model, the input is over toolsafe's
-size limit, it is not a JSON object, or it holds values JSON cannot carry."""
+size limit, it is not a JSON object, it holds values JSON cannot carry, or it nests
+deeper than ``toolsafe.adapters.json_input.MAX_JSON_DEPTH``."""
 
 INPUT_REFUSALS: Final[Mapping[str, str]] = {
     INPUT_TOO_LARGE: "the submitted input is over toolsafe's own size limit",
     INPUT_NOT_AN_OBJECT: "the submitted input is not a JSON object",
     INPUT_NOT_JSON: "the submitted input holds values JSON cannot carry",
+    INPUT_TOO_DEEP: "the submitted input nests arrays and objects too deep",
 }
 """The refusals of a submitted input before any adapter reads it (``INVALID_INPUT``, the
 adapter's own verdict, is the envelope code of that name)."""

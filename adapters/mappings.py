@@ -9,6 +9,7 @@ same facts whichever stack it runs on (docs/agents.md#mappings).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
@@ -54,13 +55,21 @@ def envelope_text(envelope: AnySuccess | ToolError) -> str:
     return json.dumps(to_wire(envelope), separators=(",", ":"), ensure_ascii=False)
 
 
-def to_mcp_call_tool_result(envelope: AnySuccess | ToolError) -> dict[str, Any]:
-    """An MCP ``CallToolResult``: structured content plus the same JSON as a text block."""
-    return {
-        "content": [{"type": "text", "text": envelope_text(envelope)}],
-        "structuredContent": to_wire(envelope),
-        "isError": not envelope.ok,
-    }
+def to_mcp_call_tool_result(
+    envelope: AnySuccess | ToolError | Mapping[str, Any], text: str | None = None
+) -> dict[str, Any]:
+    """An MCP ``CallToolResult``: the envelope as structured content and, for hosts that
+    forward only ``content``, as text: ``text`` first when given (the short model text:
+    what happened, the operation_ref, on success the evidence id), then the envelope's
+    JSON, as MCP asks of a tool with structured content. ``envelope`` is a model or its
+    wire JSON (a step's stored envelope); ``isError`` is exactly "``ok`` is not true".
+    ``toolsafe mcp`` answers with this mapping (``toolsafe.mcp.results``)."""
+    wire = dict(envelope) if isinstance(envelope, Mapping) else to_wire(envelope)
+    blocks = [] if text is None else [{"type": "text", "text": text}]
+    blocks.append(
+        {"type": "text", "text": json.dumps(wire, separators=(",", ":"), ensure_ascii=False)}
+    )
+    return {"content": blocks, "structuredContent": wire, "isError": wire.get("ok") is not True}
 
 
 def to_anthropic_tool_result(envelope: AnySuccess | ToolError, tool_use_id: str) -> dict[str, Any]:

@@ -109,6 +109,14 @@ def is_disconnect(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
 
 
+def schema_missing(error: BaseException) -> bool:
+    """The database answered, but without toolsafe's tables (never migrated): SQLite's
+    "no such table", PostgreSQL's "relation ... does not exist"."""
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    text = str(orig).lower()
+    return "no such table" in text or ("does not exist" in text and "relation" in text)
+
+
 def with_db_retry(
     operation: Callable[[], T],
     *,

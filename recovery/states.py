@@ -40,6 +40,11 @@ WORK_STATES: Final = frozenset({S.PENDING, S.WAITING_RETRY, S.VERIFYING})
 WAITING_ON_HUMAN: Final = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
 """States that wait for a person: corrected input, or an approval."""
 
+CANCEL_LATER: Final = frozenset({S.WAITING_RETRY, S.NEEDS_INPUT, S.AWAITING_APPROVAL})
+"""Where a cancellation asked for while the step ran, or while its outcome was unknown,
+takes effect (``toolsafe.tasks.pipeline.honour_cancel_request``): it waits now, and
+nothing of it was written."""
+
 NEEDS_AGENT: Final = WAITING_ON_HUMAN | TERMINAL
 """States in which the agent service has to act or read the end result; nothing else
 moves such a step, so a run whose steps are all here has settled."""

@@ -56,6 +56,7 @@ class AsyncClient:
     approve = threaded(Client.approve)
     reject = threaded(Client.reject)
     resolve = threaded(Client.resolve)
+    request_cancel = threaded(Client.request_cancel)
     redrive = threaded(Client.redrive)
 
     async def submit_many(

@@ -7,6 +7,7 @@ Views carry only what the model may see (``toolsafe.tasks.views``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ from toolsafe.adapters.errors import (
     ToolsafeError,
 )
 from toolsafe.adapters.errors import InvalidInput as InvalidInput
+from toolsafe.adapters.json_input import check_input
 from toolsafe.adapters.protocol import Adapter, FieldError
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.canonical import canonical_json, input_hash
@@ -31,6 +33,7 @@ from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
+from toolsafe.recovery.states import TERMINAL as TERMINAL_STATES
 from toolsafe.recovery.store import Recorded, StepRecord, Submitted
 from toolsafe.recovery.store.submission import in_batch
 from toolsafe.settings import Settings, SettingsError
@@ -321,6 +324,7 @@ class Client:
         """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
         if not isinstance(input, Mapping):
             raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
+        check_input(tool, input)
         try:
             size = len(canonical_json(input).encode("utf-8"))
         except (TypeError, ValueError, RecursionError):
@@ -444,6 +448,26 @@ class Client:
             operation_ref, by=by or "agent", reason=reason, now=utcnow(), **self._rules(step)
         )
         return self._after(recorded)
+
+    def request_cancel(self, operation_ref: str, reason: str, by: str | None = None) -> StepView:
+        """Cancel the step if it can be cancelled now; else record the request (a running
+        step, or one whose outcome is unknown), which takes effect once the step waits
+        with nothing written, never turning a write that happened into "cancelled".
+        A step already over is left as it is. The step's view either way."""
+        try:
+            return self.cancel(operation_ref, reason, by=by)
+        except TransitionRefused:
+            step = self.runtime.store.get(operation_ref)
+            if step.state in TERMINAL_STATES:
+                return self.view(operation_ref)
+        self.runtime.store.request_cancel(
+            operation_ref, by=by or "agent", reason=reason, now=utcnow()
+        )
+        # The worker may have recorded its outcome between the refusal and the request
+        # (and so not seen it): the request applies to a step that waits now, too.
+        with contextlib.suppress(TransitionRefused):
+            return self.cancel(operation_ref, reason, by=by)
+        return self.view(operation_ref)
 
     # ------------------------------------------------------------------ operators
 

@@ -18,10 +18,11 @@ from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
-from toolsafe.recovery.outcomes import Executed, LookedUp
+from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import DUE_LATER, StepState
+from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
+from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.broker_watch import BrokerWatch
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
@@ -319,11 +320,44 @@ def _record(
         _event("lease_lost", ref)
         report.note = LEASE_LOST
         return "lease_lost"
-    report.recorded(recorded)
     runtime.faults.hit("after_record", ref)
+    recorded = honour_cancel_request(runtime, recorded)
+    report.recorded(recorded)
     state = str(recorded.step.state)
     _event(event, ref, state=state, action=recorded.decision.action, **fields)
     return carry_out(runtime, hints, recorded, utcnow())
+
+
+def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
+    """Cancel a step that now waits with nothing written when a cancellation was asked
+    for while it could not take one (``request_cancel``: it was running, or its outcome
+    was unknown), rather than retry it or ask for input. A write verification found is
+    left a success: the request never makes a write that happened "cancelled"."""
+    step = recorded.step
+    if step.state not in CANCEL_LATER or step.commit_state == "unknown":
+        return recorded
+    asked = None
+    for event in runtime.store.events(step.operation_ref):
+        if event.kind == CANCEL_REQUESTED:
+            asked = event
+        elif event.kind == "resolved":  # an operator re-drove it since: theirs to decide
+            asked = None
+    if asked is None:
+        return recorded
+    by, reason = asked.detail.get("by"), asked.detail.get("reason")
+    try:
+        cancelled = runtime.store.cancel(
+            step.operation_ref,
+            by=by if isinstance(by, str) else "agent",
+            reason=reason if isinstance(reason, str) else "cancel requested",
+            traits=runtime.traits_for(step.tool),
+            policy=runtime.policy_for(step.tool),
+            now=utcnow(),
+        )
+    except TransitionRefused:  # it moved on meanwhile; what it is now stands
+        return recorded
+    _event("cancel_honoured", step.operation_ref, after=str(step.state))
+    return cancelled
 
 
 def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_ref: str) -> str:

@@ -234,6 +234,12 @@ def _resolution_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> st
     )
 
 
+def _evidence_ref(envelope: Mapping[str, Any] | None) -> str | None:
+    verification = envelope.get("verification") if envelope else None
+    found = verification.get("evidence_ref") if isinstance(verification, Mapping) else None
+    return found if isinstance(found, str) and found else None
+
+
 def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
     """A short, factual text for the model: what happened and what it may do next."""
     ref = step.operation_ref
@@ -242,7 +248,11 @@ def model_text(step: StepRecord, envelope: Mapping[str, Any] | None) -> str:
     if resolved_by_operator(step):
         return _resolution_text(step, envelope)
     if state is StepState.SUCCEEDED:
-        return f"{step.tool} succeeded and was confirmed (operation_ref {ref})."
+        # The evidence id in the text too: a host that forwards only the text content
+        # (and drops structured content) still gives the model the downstream's record.
+        evidence = _evidence_ref(envelope)
+        proof = f", evidence {evidence}" if evidence else ""
+        return f"{step.tool} succeeded and was confirmed (operation_ref {ref}{proof})."
     if state is StepState.NEEDS_INPUT:
         fields = ", ".join(step.flagged_fields) or "the flagged fields"
         return (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from toolsafe.recovery.canonical import changed_fields, input_hash
 from toolsafe.recovery.outcomes import (
@@ -25,6 +25,9 @@ from toolsafe.recovery.store.shared import Validator
 
 if TYPE_CHECKING:
     from toolsafe.recovery.store.plan import Step
+
+CANCEL_REQUESTED: Final = "cancel_requested"
+"""The event kind of :meth:`StepActions.request_cancel`."""
 
 
 class StepActions(ABC):
@@ -112,6 +115,28 @@ class StepActions(ABC):
             policy=policy,
             now=now,
             extra={"input": to_store},
+        )
+
+    @abstractmethod
+    def _note(
+        self, operation_ref: str, *, kind: str, label: str, detail: Mapping[str, Any], now: datetime
+    ) -> StepState:
+        """Append a ``kind`` event about the step without changing it (the step's state
+        as both ends); returns that state, or raises ``StepNotFound``."""
+
+    def request_cancel(
+        self, operation_ref: str, *, by: str, reason: str, now: datetime
+    ) -> StepState:
+        """Record a cancellation asked for while the step cannot be cancelled (running,
+        or its outcome unknown): a ``cancel_requested`` event, no change of state. The
+        worker honours it when the step next waits with nothing written
+        (``toolsafe.tasks.pipeline``); a write verification finds stays a success."""
+        return self._note(
+            operation_ref,
+            kind=CANCEL_REQUESTED,
+            label="cancel requested",
+            detail={"by": by, "reason": reason},
+            now=now,
         )
 
     def approve(

@@ -289,6 +289,13 @@ class StorePort(Protocol):
         """Any waiting state → cancelled."""
         ...
 
+    def request_cancel(
+        self, operation_ref: str, *, by: str, reason: str, now: datetime
+    ) -> StepState:
+        """Record a cancellation the step cannot take now (a ``cancel_requested`` event,
+        no change of state); returns the step's state."""
+        ...
+
     def resolve(
         self,
         operation_ref: str,

@@ -11,25 +11,19 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from toolsafe.cli.exits import EXIT_OK, EXIT_UNREACHABLE
-from toolsafe.recovery import reasons as R
 from toolsafe.recovery.outcomes import TransitionRefused
-from toolsafe.recovery.states import StepState
-from toolsafe.tasks.views import HistoryEntry, StepView
+from toolsafe.tasks.repeats import Action, repeat_of
+from toolsafe.tasks.views import StepView
 
 if TYPE_CHECKING:
     from toolsafe.tasks.client import Client
     from toolsafe.tasks.pipeline import Hints
-
-# The actions' event kinds, and the refusals a repeat of each gets once it took effect.
-ACTION_KINDS = frozenset({"approved", "rejected", "resolved", "cancelled"})
-_REPEAT_REFUSALS = frozenset({R.NOT_AWAITING_APPROVAL, R.NOT_ESCALATED, R.NOT_CANCELLABLE})
 
 
 class WatchedHints:
@@ -77,29 +71,6 @@ def watched_client() -> tuple[Client, WatchedHints]:
     return Client(runtime=app.runtime, hints=watch), watch
 
 
-@dataclass(frozen=True)
-class Action:
-    """What the operator asked for: the event kind it writes and, for a resolution, the
-    state it goes to (a re-drive: pending or verifying)."""
-
-    kind: str
-    verb: str
-    targets: frozenset[StepState] | None = None
-
-    def matches(self, entry: HistoryEntry) -> bool:
-        if entry.kind != self.kind:
-            return False
-        return self.targets is None or StepState(entry.to_state or "") in self.targets
-
-
-def already_done(view: StepView, action: Action) -> HistoryEntry | None:
-    """The event of the same action, when it is the step's last operator action."""
-    for entry in reversed(view.history):
-        if entry.kind in ACTION_KINDS:
-            return entry if action.matches(entry) else None
-    return None
-
-
 def _print_json(view: StepView) -> None:
     sys.stdout.write(json.dumps(view.as_dict(), indent=2, sort_keys=True, default=str) + "\n")
 
@@ -110,12 +81,10 @@ def act(args: argparse.Namespace, action: Action, call: Callable[[Client], StepV
     try:
         view = call(client)
     except TransitionRefused as refused:
-        if refused.code not in _REPEAT_REFUSALS:
+        repeat = repeat_of(refused, action, lambda: client.view(args.ref))
+        if repeat is None:
             raise
-        current = client.view(args.ref)
-        done = already_done(current, action)
-        if done is None:
-            raise
+        current, done = repeat
         actor = done.detail.get("operator") or done.detail.get("approver") or done.detail.get("by")
         who = f" by {actor}" if actor else ""
         sys.stdout.write(

@@ -345,17 +345,12 @@ def _first_line(error: BaseException | None) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _no_schema(error: BaseException | None) -> bool:
-    """The database answered, but without toolsafe's tables (never migrated)."""
-    text = str(error).lower()
-    return "no such table" in text or ("does not exist" in text and "relation" in text)
-
-
 def _run(args: argparse.Namespace) -> int:
     """The command, with every expected failure as one line and its exit code."""
     from kombu.exceptions import OperationalError as BrokerError
     from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
+    from toolsafe.recovery.db import schema_missing
     from toolsafe.recovery.store import FeatureMissing
 
     try:
@@ -366,7 +361,7 @@ def _run(args: argparse.Namespace) -> int:
     except ToolsafeError as error:
         return _fail(EXIT_REFUSED, str(error))
     except (OperationalError, ProgrammingError) as error:
-        if _no_schema(error.orig):
+        if error.orig is not None and schema_missing(error.orig):
             return _fail(
                 EXIT_USAGE, "the database has no toolsafe schema: run `toolsafe migrate` first"
             )

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from toolsafe.cli.acting import Action, act
+from toolsafe.adapters.json_input import JsonInputError, read_json
+from toolsafe.cli.acting import act
 from toolsafe.cli.exits import EXIT_REFUSED
 from toolsafe.recovery.states import REDRIVEN, StepState, ui_group
 from toolsafe.recovery.store import StepRecord, StorePort
+from toolsafe.tasks.repeats import Action
 from toolsafe.tasks.views import StepView, build_view, redacted_input
 
 if TYPE_CHECKING:
@@ -236,12 +238,11 @@ def _input_argument(raw: str) -> Any:
             reason = error.strerror if isinstance(error, OSError) else "it is not UTF-8 text"
             raise SettingsError("--input", f"cannot read {raw[1:]!r}: {reason}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        # A usage error (exit 2), naming where the JSON breaks, not echoing it.
-        raise SettingsError(
-            "--input", f"is not JSON: {error.msg} at character {error.pos}"
-        ) from None
+        return read_json(text)
+    except JsonInputError as error:
+        # A usage error (exit 2), naming what is wrong and where, never echoing it; too
+        # deep is refused here, before a recursive parser could fail on it.
+        raise SettingsError("--input", f"is not JSON toolsafe can read: {error}") from None
 
 
 def submit(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolsafe.gateway import metrics as gateway_metrics
 from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
+from toolsafe.gateway.json_bodies import JsonBodies
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
 from toolsafe.gateway.state import Gateway
@@ -118,6 +119,7 @@ def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
         wait=wait,
         max_body=settings.gateway_max_body,
         loopback_only=state.authenticator.keys is None,
+        wait_slot=state.wait_slot,  # counted in TOOLSAFE_GATEWAY_MAX_WAITS
     )
 
 
@@ -164,6 +166,7 @@ def create_gateway(
         # No store access: a liveness probe that answers while the database is down.
         return {"ok": True, "waits": app.state.gateway.waits}
 
+    app.add_middleware(JsonBodies)  # inside Limits: the body is read whole by then
     app.add_middleware(
         Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
     )

@@ -22,6 +22,7 @@ import httpx
 
 from toolsafe.adapters.catalogue import Catalogue, ToolSpec
 from toolsafe.adapters.errors import INPUT_CODES, ToolsafeError, UnknownToolError
+from toolsafe.adapters.json_input import check_input
 from toolsafe.gateway.models import CallView, ToolList
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -152,6 +153,7 @@ class Operations:
     ) -> Plan[Submission]:
         """``submit``, also saying whether this call created the step (201, not 200)."""
         _no_actor(actor)
+        check_input(tool, input)  # what the gateway would refuse, refused before sending
         headers = {"Idempotency-Key": operation_ref} if operation_ref is not None else {}
         path = f"/v1/tools/{quote(tool, safe='')}/calls"
         response = yield Request("POST", path, {"input": dict(input)}, {}, headers)
@@ -188,11 +190,19 @@ class Operations:
         self, operation_ref: str, new_input: Mapping[str, Any], *, actor: str | None = None
     ) -> Plan[StepView]:
         _no_actor(actor)
+        check_input("", new_input)
         body = {"input": dict(new_input)}
         return answer((yield Request("POST", _path(operation_ref, "input"), body)))
 
     def cancel(self, operation_ref: str, reason: str, by: str | None = None) -> Plan[StepView]:
         body = {"reason": reason, "by": by}
+        return answer((yield Request("POST", _path(operation_ref, "cancel"), body)))
+
+    def request_cancel(
+        self, operation_ref: str, reason: str, by: str | None = None
+    ) -> Plan[StepView]:
+        """Cancel now if the step can be, else record the request (``when_possible``)."""
+        body = {"reason": reason, "by": by, "when_possible": True}
         return answer((yield Request("POST", _path(operation_ref, "cancel"), body)))
 
     def approve(self, operation_ref: str, approver: str, reason: str) -> Plan[StepView]:
@@ -346,6 +356,7 @@ class GatewayClient:
     wait = driven(Operations.wait)
     provide_input = driven(Operations.provide_input)
     cancel = driven(Operations.cancel)
+    request_cancel = driven(Operations.request_cancel)
     approve = driven(Operations.approve)
     reject = driven(Operations.reject)
     resolve = driven(Operations.resolve)
@@ -405,6 +416,7 @@ class AsyncGatewayClient:
     wait = awaited(Operations.wait)
     provide_input = awaited(Operations.provide_input)
     cancel = awaited(Operations.cancel)
+    request_cancel = awaited(Operations.request_cancel)
     approve = awaited(Operations.approve)
     reject = awaited(Operations.reject)
     resolve = awaited(Operations.resolve)

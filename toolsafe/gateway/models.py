@@ -159,6 +159,14 @@ Actor = Annotated[str, Field(min_length=1, max_length=200)]
 class CancelRequest(_Model):
     reason: NonEmpty
     by: Actor | None = Field(None, description="who asks, recorded with the acting key")
+    when_possible: bool = Field(
+        False,
+        description=(
+            "if the step cannot be cancelled now (running, or its outcome unknown), record"
+            " the request: it takes effect once the step waits with nothing written, and a"
+            " write verification finds stays a success"
+        ),
+    )
 
 
 class ApprovalRequest(_Model):

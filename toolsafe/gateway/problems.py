@@ -48,6 +48,7 @@ GATEWAY_CODES: Final[Mapping[str, str]] = {
     "HEADERS_TOO_LARGE": "the request headers are over TOOLSAFE_GATEWAY_MAX_HEADER_BYTES",
     "INTERNAL": "the gateway failed; nothing it acknowledged is lost",
     "STORE_UNAVAILABLE": "the step store cannot be reached; retry after Retry-After",
+    "SCHEMA_MISSING": "the database has no toolsafe schema: run `toolsafe migrate` first",
     "BROKER_UNAVAILABLE": "the broker cannot be reached; retry after Retry-After",
     "HTTP_<status>": "an answer without a problem code, named by its HTTP status (clients)",
 }

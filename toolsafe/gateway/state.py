@@ -79,6 +79,20 @@ class Gateway:
         finally:
             self.leave_wait()
 
+    @contextlib.asynccontextmanager
+    async def wait_slot(self) -> AsyncIterator[bool]:
+        """A wait held by an MCP ``tools/call`` on ``/mcp``, counted with the rest: True
+        while it holds one, False when none is left (the call then answers at once, in
+        progress, where ``/v1`` would answer 429: its step is already submitted)."""
+        if self.waits >= self.settings.gateway_max_waits:
+            yield False
+            return
+        self.waits += 1
+        try:
+            yield True
+        finally:
+            self.leave_wait()
+
 
 async def gateway(request: Request) -> Gateway:
     """The gateway's shared state (async: a sync dependency would cost a thread hop)."""

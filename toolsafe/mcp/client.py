@@ -1,14 +1,18 @@
-"""The tasks extension for the SDK's own ``ClientSession``, for hosts that talk to
-``toolsafe mcp`` (and for toolsafe's tests): declare it, and a ``tools/call`` may come
-back as a task; follow it with :func:`get_task`, cancel it with :func:`cancel_task`.
+"""The tasks extension for the SDK's clients, for hosts that talk to ``toolsafe mcp``
+(and for toolsafe's tests). The simplest is the SDK's own ``Client``, which follows a
+task inside ``call_tool`` and returns the final ``CallToolResult``:
+
+    async with Client(server, extensions=[ToolsafeTasks()]) as client:   # mode="auto"
+        result = await client.call_tool(name, arguments)
+
+On a ``ClientSession``, declare it with :func:`tasks_session_options`, speak the
+2026-07-28 protocol (``discover()``, or ``adopt`` a known ``DiscoverResult``), take the
+task with ``allow_claimed=True`` and follow it with :func:`get_task`:
 
     session = ClientSession(read, write, **tasks_session_options())
-    await session.discover()                      # the 2026-07-28 protocol
+    await session.discover()
     answer = await session.call_tool(name, arguments, allow_claimed=True)
     if isinstance(answer, CreateTaskResult): task = await get_task(session, answer.task_id)
-
-Declared through ``Client(extensions=[ToolsafeTasks()])`` instead, a task is polled to
-its end inside ``call_tool``, which returns the final ``CallToolResult``.
 """
 
 from __future__ import annotations
@@ -50,17 +54,18 @@ async def get_task(session: ClientSession, task_id: str) -> GetTaskResult:
 
 
 async def cancel_task(session: ClientSession, task_id: str) -> None:
-    """Ask toolsafe to cancel the step; ``MCPError`` when it refuses (its outcome is
-    unknown, or it is over)."""
+    """Ask toolsafe to cancel the step (acknowledged; cooperative, as the extension has
+    it): ``get_task`` then says what became of it."""
     await session.send_request(CancelTaskRequest(params=TaskParams(task_id=task_id)), EmptyResult)
 
 
 def answer_of(task: GetTaskResult) -> CallToolResult | None:
-    """The step's ``CallToolResult`` once the task completed or needs input, else None."""
+    """The step's ``CallToolResult`` once the task completed, needs input or was
+    cancelled, else None."""
     if task.status == "completed" and task.result is not None:
         return CallToolResult.model_validate(task.result)
     carried = (task.meta or {}).get(META_RESULT)
-    if task.status == "input_required" and isinstance(carried, dict):
+    if task.status in ("input_required", "cancelled") and isinstance(carried, dict):
         return CallToolResult.model_validate(carried)
     return None
 
@@ -71,7 +76,7 @@ async def _follow(created: CreateTaskResult, context: ClaimContext) -> CallToolR
         answer = answer_of(task)
         if answer is not None:
             return answer
-        await anyio.sleep((task.poll_interval_milliseconds or POLL_MS) / 1000)
+        await anyio.sleep((task.poll_interval_ms or POLL_MS) / 1000)
 
 
 def tasks_claim() -> ResultClaim[CreateTaskResult]:

@@ -19,7 +19,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
-from toolsafe.mcp.server import ToolsafeMCP
+from toolsafe.mcp.server import ToolsafeMCP, WaitSlot
 from toolsafe.tasks.calls import AsyncCalls
 
 SCOPE_KEY: Final = "toolsafe.mcp.caller"
@@ -55,9 +55,21 @@ class StreamableMCP:
     """The ASGI app for ``/mcp``; :meth:`running` must wrap the hosting app's life."""
 
     def __init__(
-        self, client: AsyncCalls, *, wait: float, max_body: int, loopback_only: bool = False
+        self,
+        client: AsyncCalls,
+        *,
+        wait: float,
+        max_body: int,
+        loopback_only: bool = False,
+        wait_slot: WaitSlot | None = None,
     ) -> None:
-        self.mcp = ToolsafeMCP(client, wait=wait, namespace_of=_namespace, actor_of=_actor)
+        self.mcp = ToolsafeMCP(
+            client,
+            wait=wait,
+            namespace_of=_namespace,
+            actor_of=_actor,
+            wait_slot=wait_slot,
+        )
         # Without keys (the gateway's development mode, loopback only) a web page could
         # reach the server through DNS rebinding: only loopback hosts and origins then.
         security = (

@@ -1,6 +1,8 @@
-"""A step's view as an MCP ``CallToolResult``: the envelope as structured content and
-the redacted agent text, ``isError`` exactly when the envelope's ``ok`` is false; a step
-toolsafe is still working on answers "in progress", never an error."""
+"""A step's view as an MCP ``CallToolResult``, through the one mapping of the envelope
+(``toolsafe.adapters.mappings.to_mcp_call_tool_result``): the envelope as structured
+content, the short model text (the evidence id on a success) and the envelope's JSON as
+text content, ``isError`` exactly when the envelope's ``ok`` is false; a step toolsafe is
+still working on answers "in progress", never an error."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Final
 
 from mcp_types import CallToolResult, TextContent
 
-from toolsafe.adapters.envelope import to_wire
+from toolsafe.adapters.mappings import to_mcp_call_tool_result
 from toolsafe.agents.progress import in_progress, in_progress_text
 from toolsafe.tasks.views import StepView
 
@@ -36,12 +38,8 @@ def call_tool_result(view: StepView) -> CallToolResult:
     envelope = view.envelope
     if envelope is None:  # pragma: no cover - every state that needs the agent has one
         raise ValueError(f"step {view.operation_ref} is {view.state} without an envelope")
-    return CallToolResult(
-        content=[TextContent(type="text", text=view.text)],
-        structured_content=to_wire(envelope),
-        is_error=envelope.ok is not True,
-        meta=_meta(view),
-    )
+    mapped = to_mcp_call_tool_result(envelope, view.text)
+    return CallToolResult.model_validate({**mapped, "_meta": _meta(view)})
 
 
 def refusal_result(

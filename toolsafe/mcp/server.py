@@ -9,9 +9,11 @@ namespace.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
@@ -20,6 +22,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     CallToolResult,
     EmptyResult,
@@ -27,12 +30,14 @@ from mcp_types import (
     PaginatedRequestParams,
     Tool,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import InvalidInput, UnknownToolError
 from toolsafe.agents.definitions import mcp_tools
 from toolsafe.agents.refs import mcp_ref
 from toolsafe.mcp import tasks
+from toolsafe.mcp.failures import StoreFailures
 from toolsafe.mcp.results import call_tool_result, refusal_result
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
@@ -51,13 +56,21 @@ def _version() -> str:
         return "0+unknown"
 
 
-# The JSON-RPC error a refused tasks/cancel answers with: the step's outcome is unknown
-# (or it is over), so cancelling would lie about it.
-CANCEL_REFUSED: Final = -32010
-TASK_NOT_FOUND: Final = -32011
+# tasks/get, tasks/update and tasks/cancel for a task id that names no step: the
+# extension's invalid-params error.
+TASK_NOT_FOUND: Final = INVALID_PARAMS
+NEEDS_TASKS: Final[dict[str, Any]] = {"requiredCapabilities": {"extensions": {tasks.EXTENSION: {}}}}
 
 NamespaceOf = Callable[[ServerRequestContext[Any, Any]], str | None]
 ActorOf = Callable[[ServerRequestContext[Any, Any]], str]
+WaitSlot = Callable[[], AbstractAsyncContextManager[bool]]
+"""A held wait's slot: enters True when the call may hold its request, False when the
+host has no slot left (the gateway's ``TOOLSAFE_GATEWAY_MAX_WAITS``)."""
+
+
+@contextlib.asynccontextmanager
+async def _any_wait() -> AsyncIterator[bool]:
+    yield True
 
 
 def _no_namespace(_: ServerRequestContext[Any, Any]) -> str | None:
@@ -78,10 +91,12 @@ class ToolsafeMCP:
         wait: float,
         namespace_of: NamespaceOf = _no_namespace,
         actor_of: ActorOf = _mcp_actor,
+        wait_slot: WaitSlot | None = None,
         name: str = "toolsafe",
     ) -> None:
         self.client = client
         self.wait = wait
+        self.wait_slot: WaitSlot = wait_slot if wait_slot is not None else _any_wait
         self.namespace_of = namespace_of
         self.actor_of = actor_of
         # Scope of refs derived from request ids where the transport has no session:
@@ -103,6 +118,7 @@ class ToolsafeMCP:
         self.server.add_request_handler("tasks/update", tasks.TaskParams, self.update_task)
         self.server.add_request_handler("tasks/cancel", tasks.TaskParams, self.cancel_task)
         self.server.extensions[tasks.EXTENSION] = {}
+        self.server.middleware.append(StoreFailures())
 
     # ------------------------------------------------------------------ tools
 
@@ -131,7 +147,13 @@ class ToolsafeMCP:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
-    ) -> CallToolResult | tasks.CreateTaskResult:
+    ) -> CallToolResult | dict[str, Any]:
+        if "arguments" in params.model_fields_set and params.arguments is None:
+            # Absent arguments are no arguments; an explicit null is not an object.
+            raise MCPError(
+                INVALID_PARAMS,
+                "tools/call arguments must be an object, not null (omit it or send {})",
+            )
         ref = self.operation_ref(ctx, params)
         arguments = dict(params.arguments or {})
         try:
@@ -143,10 +165,15 @@ class ToolsafeMCP:
         except (OperationRefConflict, InvalidOperationRef, TransitionRefused) as error:
             code = getattr(error, "code", type(error).__name__)
             return refusal_result(str(code), str(error))
-        if tasks.wants_tasks(ctx.meta):
-            return tasks.created(view, utcnow())
+        if tasks.wants_tasks(ctx.meta) and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # (A handshake client's _meta may name the extension; its protocol has no
+            # place for a task, so it gets the bounded wait.)
+            return tasks.created(view, utcnow()).wire()
         if not view.needs_agent:
-            view = await self.client.settle(ref, self.wait)
+            async with self.wait_slot() as held:
+                # Without a slot the call answers at once: in progress, ask again.
+                if held:
+                    view = await self.client.settle(ref, self.wait)
         return call_tool_result(view)
 
     async def _submit(
@@ -166,24 +193,32 @@ class ToolsafeMCP:
     # ------------------------------------------------------------------ tasks
 
     def _task_ref(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> str:
+        if not tasks.wants_tasks(ctx.meta):
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"Missing required client capability: declare {tasks.EXTENSION} in this "
+                "request's _meta io.modelcontextprotocol/clientCapabilities.extensions",
+                NEEDS_TASKS,
+            )
         namespace = self.namespace_of(ctx)
         if namespace is not None and not task_id.startswith(namespace + "/"):
             task_id = f"{namespace}/{task_id}"
         if len(task_id) > MAX_OPERATION_REF or not OPERATION_REF_PATTERN.fullmatch(task_id):
-            raise MCPError(TASK_NOT_FOUND, f"no task {task_id[:80]!r}")
+            raise MCPError(TASK_NOT_FOUND, f"Failed to retrieve task: no task {task_id[:80]!r}")
         return task_id
 
     async def _view(self, ref: str) -> StepView:
         try:
             return await self.client.view(ref)
         except StepNotFound:
-            raise MCPError(TASK_NOT_FOUND, f"no task {ref!r}") from None
+            raise MCPError(TASK_NOT_FOUND, f"Failed to retrieve task: no task {ref!r}") from None
 
     async def get_task(
         self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams
-    ) -> tasks.GetTaskResult:
-        view = await self._view(self._task_ref(ctx, params.task_id))
-        return tasks.detailed(view, utcnow())
+    ) -> dict[str, Any]:
+        ref = self._task_ref(ctx, params.task_id)
+        view = await self._view(ref)
+        return tasks.detailed(view, utcnow(), tasks.cancel_note(view)).wire()
 
     async def update_task(
         self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams
@@ -196,16 +231,14 @@ class ToolsafeMCP:
     async def cancel_task(
         self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams
     ) -> EmptyResult:
+        """Acknowledged, as the extension asks: cancellation is cooperative. A waiting
+        step is cancelled now; a running one, or one whose outcome is unknown, keeps
+        the request (recorded in the step store) until it waits with nothing written,
+        and a write verification finds stays a success; a step already over stays as
+        it is. ``tasks/get`` reports what became of it."""
         ref = self._task_ref(ctx, params.task_id)
         await self._view(ref)
-        try:
-            await self.client.cancel(
-                ref, "cancelled through MCP tasks/cancel", by=self.actor_of(ctx)
-            )
-        except TransitionRefused as error:
-            raise MCPError(
-                CANCEL_REFUSED,
-                f"{error.code}: {error.message}",
-                {"code": error.code, "operation_ref": ref},
-            ) from None
+        await self.client.request_cancel(
+            ref, "cancelled through MCP tasks/cancel", by=self.actor_of(ctx)
+        )
         return EmptyResult()

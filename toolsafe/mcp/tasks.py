@@ -1,14 +1,15 @@
-"""MCP tasks as the pinned SDK carries them: the ``io.modelcontextprotocol/tasks``
-extension of the 2026-07-28 protocol (SEP-2663). The SDK ships the extension points
-(per-request client capabilities, extension result types, custom methods) and no task
-store; toolsafe's step store is the store. The task id is the operation_ref, so a task
-outlives the server process that created it.
+"""MCP tasks as the 2026-07-28 protocol has them: the ``io.modelcontextprotocol/tasks``
+extension (SEP-2663). The pinned SDK ships the extension points (per-request client
+capabilities, extension result types, custom methods) and no task store; toolsafe's
+step store is the store. The task id is the operation_ref, so a task outlives the
+server process that created it.
 
 Status: pending, in flight, waiting to retry, verifying → ``working`` (the status
 message says which, and when the next attempt is due); needs input, awaiting approval
-→ ``input_required``; succeeded → ``completed``; failed, escalated, cancelled →
-``completed`` with an error result (``isError``). The task's result is the step's
-``CallToolResult``.
+→ ``input_required``; succeeded, failed, escalated → ``completed`` (an error result,
+``isError``, for the last two: a tool error is never the task status ``failed``, which
+the extension keeps for JSON-RPC errors); cancelled → ``cancelled``. The task's result
+is the step's ``CallToolResult``. ``ttlMs`` is null (a step stays until it is purged).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import Field
 
 from toolsafe.mcp.results import call_tool_result
 from toolsafe.recovery.states import TERMINAL, WAITING_ON_HUMAN, StepState
+from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.views import StepView
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
@@ -40,8 +42,15 @@ class TaskFields(Result):
     status_message: str | None = None
     created_at: str
     last_updated_at: str
-    ttl_seconds: int | None = None
-    poll_interval_milliseconds: int | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The message as sent: ``ttlMs`` is required and null means unlimited, so it
+        stays when the rest of the ``None`` fields are left out."""
+        dumped = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        dumped["ttlMs"] = self.ttl_ms
+        return dumped
 
 
 class CreateTaskResult(TaskFields):
@@ -79,6 +88,8 @@ def wants_tasks(meta: Any) -> bool:
 def task_status(state: StepState) -> TaskStatus:
     if state in WAITING_ON_HUMAN:
         return "input_required"
+    if state is StepState.CANCELLED:
+        return "cancelled"
     if state in TERMINAL:
         return "completed"
     return "working"
@@ -104,18 +115,41 @@ def _fields(view: StepView, now: datetime) -> dict[str, Any]:
         "status_message": view.text,
         "created_at": _stamp(first, now),
         "last_updated_at": _stamp(last, now),
-        "ttl_seconds": None,  # kept until an operator purges terminal steps
-        "poll_interval_milliseconds": None if view.terminal else _poll_ms(view, now),
+        "ttl_ms": None,  # kept until an operator purges terminal steps
+        "poll_interval_ms": None if view.terminal else _poll_ms(view, now),
     }
+
+
+def cancel_note(view: StepView) -> str | None:
+    """The status message of a step with a cancellation asked for and not yet taken
+    (``tasks/cancel`` while it ran or its outcome was unknown), else None."""
+    if view.terminal:
+        return None
+    asked = None
+    for entry in view.history:
+        if entry.kind == CANCEL_REQUESTED:
+            asked = entry
+        elif entry.kind == "resolved":
+            asked = None
+    if asked is None:
+        return None
+    return (
+        f"{view.text} Cancellation requested at {_stamp(asked.at, asked.at)}: it takes "
+        "effect once the step waits with nothing written; a write the verification "
+        "finds stays a success."
+    )
 
 
 def created(view: StepView, now: datetime) -> CreateTaskResult:
     return CreateTaskResult(**_fields(view, now))
 
 
-def detailed(view: StepView, now: datetime) -> GetTaskResult:
-    """``tasks/get`` for a step as it is now."""
+def detailed(view: StepView, now: datetime, status_message: str | None = None) -> GetTaskResult:
+    """``tasks/get`` for a step as it is now (``status_message`` in place of the view's
+    text when given)."""
     task = GetTaskResult(**_fields(view, now))
+    if status_message is not None:
+        task.status_message = status_message
     answer = call_tool_result(view).model_dump(by_alias=True, mode="json", exclude_none=True)
     if task.status == "completed":
         task.result = answer
@@ -125,5 +159,9 @@ def detailed(view: StepView, now: datetime) -> GetTaskResult:
         # answer in tasks/update. The status message says what to do, and the step's
         # answer (its envelope, the flagged fields) rides in _meta.
         task.input_requests = {}
+        task.meta = {**(task.meta or {}), META_RESULT: answer}
+    elif task.status == "cancelled":
+        # A cancelled task has no result in the extension; the step's answer (the
+        # runtime's CANCELLED envelope: nothing was written) rides in _meta.
         task.meta = {**(task.meta or {}), META_RESULT: answer}
     return task

@@ -388,3 +388,21 @@ class MemoryStore(MemorySweeper, StepActions):
         if moved is None:  # pragma: no cover - the lock admits no change in between
             raise plan.changed_meanwhile(operation_ref, kind)
         return Recorded(moved, planned.decision)
+
+    def _note(
+        self, operation_ref: str, *, kind: str, label: str, detail: Mapping[str, Any], now: datetime
+    ) -> StepState:
+        with self._tables.transaction():
+            current = self._tables.steps.get(operation_ref)
+            if current is None:
+                raise StepNotFound(operation_ref)
+            self._tables.append(
+                operation_ref=operation_ref,
+                at=now,
+                kind=kind,
+                from_state=current.state,
+                to_state=current.state,
+                label=label,
+                detail=detail,
+            )
+            return current.state

@@ -485,3 +485,25 @@ class StepStore(StepActions):
         if decided is None:
             raise plan.changed_meanwhile(operation_ref, kind)
         return Recorded(step_record(decided[0]), decided[1])
+
+    def _note(
+        self, operation_ref: str, *, kind: str, label: str, detail: Mapping[str, Any], now: datetime
+    ) -> StepState:
+        def work(conn: Connection) -> StepState:
+            current = sql.fetch(conn, operation_ref, lock=True)
+            if current is None:
+                raise StepNotFound(operation_ref)
+            sql.append_event(
+                conn,
+                step_id=current.id,
+                operation_ref=operation_ref,
+                at=now,
+                kind=kind,
+                from_state=current.state,
+                to_state=current.state,
+                label=label,
+                detail=detail,
+            )
+            return StepState(current.state)
+
+        return self._write(work)

@@ -236,12 +236,20 @@ def test_namespaces_hide_other_steps_and_only_operators_approve(setup: Setup) ->
         approved = ops.approve(full, "finance", "amount matches")
         # Approved: back to pending, or already claimed by the worker the hint woke.
         assert approved.state in {StepState.PENDING, StepState.IN_FLIGHT, StepState.SUCCEEDED}
+        # The same action again is no error and changes nothing (as the CLI's "nothing
+        # to do"); a different one is still refused.
+        again = ops.approve(full, "finance", "amount matches")
+        assert again.operation_ref == full and again.state is not StepState.AWAITING_APPROVAL
+        with pytest.raises(TransitionRefused) as refused:
+            ops.reject(full, "finance", "changed my mind")
+        assert refused.value.code == "NOT_AWAITING_APPROVAL"
     approvals = [
         event
         for event in setup.cluster.client.runtime.store.events(full)
         if event.kind == "approved"
     ]
     assert approvals[0].detail["approver"] == "finance (key:ops)"
+    assert len(approvals) == 1
 
 
 def test_an_operator_resolves_to_succeeded_only_with_evidence(setup: Setup) -> None:

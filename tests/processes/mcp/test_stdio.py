@@ -4,22 +4,32 @@ write would show as a second effect)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
+from mcp.client import Client
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolResult,
+    RequestParamsMeta,
+)
 
+from tests.support.gateway.harness import ROOT
+from tests.support.mcp.raw import MODERN, TASKS
 from tests.support.mcp.support import kill_mcp_servers, meta, stdio_session, structured, text
 from tests.support.pipeline.harness import Cluster, cluster_for
-from toolsafe.mcp.client import answer_of, cancel_task, get_task
-from toolsafe.mcp.server import CANCEL_REFUSED
+from toolsafe.mcp.client import ToolsafeTasks, answer_of, cancel_task, get_task
 from toolsafe.mcp.tasks import CreateTaskResult
 from toolsafe.recovery.states import StepState
 
@@ -87,14 +97,15 @@ def test_calls_replays_and_tasks_across_server_restarts(
 
             answer = await session.call_tool("create_invoice", INVOICE, meta=meta({REF: ref}))
             assert answer.is_error is False, text(answer)
-            if "in_progress" in structured(answer):  # still waiting to retry after 1 s
-                body = structured(answer)
-                assert body["state"] == "waiting_retry" and body["not_before"], body
-                assert body["last_envelope"]["code"] == "RATE_LIMITED"
-                assert f"operation_ref {ref}" in text(answer) and "not before" in text(answer)
             for _ in range(20):
                 if "in_progress" not in structured(answer):
                     break
+                assert answer.is_error is False, text(answer)
+                body = structured(answer)
+                if body["state"] == "waiting_retry":  # (a busy worker may not be there yet)
+                    assert body["not_before"], body
+                    assert body["last_envelope"]["code"] == "RATE_LIMITED"
+                    assert f"operation_ref {ref}" in text(answer) and "not before" in text(answer)
                 answer = await session.call_tool("create_invoice", INVOICE, meta=meta({REF: ref}))
             assert answer.is_error is False
             assert structured(answer)["ok"] is True and structured(answer)["operation_ref"] == ref
@@ -124,11 +135,14 @@ def test_calls_replays_and_tasks_across_server_restarts(
     assert cluster.effects(ref) == 1
     assert cluster.effects(email_ref) == 1
 
-    done_ref, approval_ref, unknown_ref = _ref(), _ref(), _ref()
+    done_ref, approval_ref, unknown_ref, absent_ref = _ref(), _ref(), _ref(), _ref()
     cluster.fault(fault="require_approval", operation_ref=approval_ref, times=1)
     # The write times out after it was stored, and the lookup is down: verifying.
     cluster.fault(fault="stall_after_store", operation_ref=unknown_ref, times=1, seconds=3)
-    cluster.fault(fault="lookup_down", operation_ref=unknown_ref, times=20)
+    cluster.fault(fault="lookup_down", operation_ref=unknown_ref, times=3)
+    # The connection drops before the write was stored: unknown too, but absent.
+    cluster.fault(fault="drop_before_store", operation_ref=absent_ref, times=1)
+    cluster.fault(fault="lookup_down", operation_ref=absent_ref, times=3)
 
     async def replay_and_tasks() -> None:
         # The new server speaks the 2026-07-28 protocol, where tasks live: the replay
@@ -148,7 +162,7 @@ def test_calls_replays_and_tasks_across_server_restarts(
             assert stored.state is StepState.SUCCEEDED
             assert structured(result) == stored.envelope_json()
 
-            for task_ref in (done_ref, approval_ref, unknown_ref):
+            for task_ref in (done_ref, approval_ref, unknown_ref, absent_ref):
                 created = await session.call_tool(
                     "create_invoice", INVOICE, meta=meta({REF: task_ref}), allow_claimed=True
                 )
@@ -165,17 +179,40 @@ def test_calls_replays_and_tasks_across_server_restarts(
             assert cancelled is not None and cancelled.is_error is True
             assert cluster.client.view(approval_ref).state is StepState.CANCELLED
 
-            cluster.wait_for(
-                lambda: cluster.client.view(unknown_ref).state is StepState.VERIFYING,
-                what="the unknown write is being verified",
-            )
-            with pytest.raises(MCPError) as refused:
-                await cancel_task(session, unknown_ref)
-            assert refused.value.code == CANCEL_REFUSED
-            assert "UNKNOWN_NOT_CANCELLABLE" in refused.value.message
+            # A cancel while the outcome is unknown is acknowledged (SEP-2663: cooperative)
+            # and recorded; the task then reports what verification finds: the stored
+            # write a success, never "cancelled"; the absent one cancelled, not retried.
+            for unsure in (unknown_ref, absent_ref):
+
+                def verifying(ref: str = unsure) -> bool:
+                    return cluster.client.view(ref).state is StepState.VERIFYING
+
+                cluster.wait_for(verifying, what="the unknown write is being verified")
+                await cancel_task(session, unsure)
+                task = await get_task(session, unsure)
+                if task.status == "working":
+                    assert "Cancellation requested" in (task.status_message or ""), task
+            with anyio.fail_after(60):
+                while (task := await get_task(session, unknown_ref)).status == "working":
+                    await anyio.sleep(0.2)
+            assert task.status == "completed", task
+            found = answer_of(task)
+            assert found is not None and found.is_error is False
+            assert structured(found)["ok"] is True
+            with anyio.fail_after(60):
+                while (task := await get_task(session, absent_ref)).status == "working":
+                    await anyio.sleep(0.2)
+            assert task.status == "cancelled", task
+            gone = answer_of(task)
+            assert gone is not None and gone.is_error is True
+            assert structured(gone)["commit_state"] == "not_committed"
 
     anyio.run(replay_and_tasks)
     assert cluster.effects(replayed_ref) == 1
+    assert cluster.effects(unknown_ref) == 1
+    assert cluster.client.view(unknown_ref).state is StepState.SUCCEEDED
+    assert cluster.effects(absent_ref) == 0
+    assert cluster.client.view(absent_ref).state is StepState.CANCELLED
 
     async def after_restart() -> None:
         # Tasks live in the step store: a new server process knows them all.
@@ -197,3 +234,65 @@ def test_calls_replays_and_tasks_across_server_restarts(
     anyio.run(after_restart)
     assert cluster.effects(done_ref) == 1
     assert cluster.effects(approval_ref) == 0
+
+
+def test_the_sdks_client_on_the_handshake_and_on_2026_07_28(setup: Setup) -> None:
+    """The SDK's ``Client`` as a host uses it: on the handshake (2025-11-25) a call
+    waits, bounded; on 2026-07-28 pinned (no handshake, no discover: every request
+    carries its protocol version) with the tasks extension declared, ``call_tool``
+    follows the task to the step's result. (``mode="auto"``, through ``server/discover``,
+    is tested over ``/mcp``, where the server is up before the SDK's 10 s discover
+    timeout starts.) Without the extension a client gets no task, and tasks/get says
+    which capability it lacks. A success's text names its evidence."""
+    cluster = setup.cluster
+    refs = {mode: _ref() for mode in ("legacy", "claims", MODERN, "plain")}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "toolsafe", "mcp", "--wait", "10"],
+        env={**os.environ, **cluster.env},
+        cwd=str(ROOT),
+    )
+
+    def confirmed(answer: CallToolResult) -> None:
+        assert answer.is_error is False, text(answer)
+        body = structured(answer)
+        assert body["ok"] is True
+        assert f"evidence {body['verification']['evidence_ref']}" in text(answer)
+
+    async def settled(client: Client, ref: str) -> CallToolResult:
+        for _ in range(10):
+            answer = await client.call_tool("create_invoice", INVOICE, meta=meta({REF: ref}))
+            if "in_progress" not in structured(answer):
+                return answer
+        raise AssertionError(f"{ref} is still in progress")
+
+    async def run() -> None:
+        async with Client(params, mode="legacy") as client:
+            assert client.session.protocol_version == "2025-11-25"
+            confirmed(await settled(client, refs["legacy"]))
+            # A handshake client naming the extension in _meta gets no task: its
+            # protocol has no place for one.
+            claims = cast(
+                RequestParamsMeta,
+                {REF: refs["claims"], CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS: {}}}},
+            )
+            for _ in range(10):
+                answer = await client.call_tool("create_invoice", INVOICE, meta=claims)
+                assert isinstance(answer, CallToolResult) and answer.is_error is False
+                if "in_progress" not in structured(answer):
+                    break
+            confirmed(answer)
+        async with Client(params, mode=MODERN, extensions=[ToolsafeTasks()]) as client:
+            assert client.session.protocol_version == MODERN
+            confirmed(
+                await client.call_tool("create_invoice", INVOICE, meta=meta({REF: refs[MODERN]}))
+            )
+        async with Client(params, mode=MODERN) as client:
+            confirmed(await settled(client, refs["plain"]))
+            with pytest.raises(MCPError) as refused:
+                await get_task(client.session, refs[MODERN])
+            assert refused.value.code == MISSING_REQUIRED_CLIENT_CAPABILITY
+
+    anyio.run(run)
+    for ref in refs.values():
+        assert cluster.effects(ref) == 1, ref

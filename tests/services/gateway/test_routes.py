@@ -175,6 +175,20 @@ def test_cancel(gateway: Gateway) -> None:
     assert gateway.http.post(path, json={"reason": ""}, headers=gateway.agent).status_code == 422
 
 
+@covers("POST /v1/calls/{operation_ref:path}/cancel")
+def test_a_cancel_when_possible_is_recorded_while_the_outcome_is_unknown(gateway: Gateway) -> None:
+    ref = gateway.step("r4unknown", envelopes.unknown)
+    assert gateway.state(ref) is StepState.VERIFYING
+    path = f"/v1/calls/{ref}/cancel"
+    refused = gateway.http.post(path, json={"reason": "not needed"}, headers=gateway.agent)
+    assert refused.status_code == 409
+    body = {"reason": "not needed", "when_possible": True}
+    answer = gateway.http.post(path, json=body, headers=gateway.agent)
+    # Recorded, not cancelled: a write verification finds must stay a success.
+    assert answer.status_code == 200 and answer.json()["state"] == "verifying"
+    assert "cancel_requested" in [event.kind for event in gateway.client.view(ref).history]
+
+
 @pytest.mark.parametrize(("action", "state"), [("approve", "pending"), ("reject", "failed")])
 @covers("POST /v1/calls/{operation_ref:path}/approve", "POST /v1/calls/{operation_ref:path}/reject")
 def test_approve_and_reject_need_an_operator_key(gateway: Gateway, action: str, state: str) -> None:

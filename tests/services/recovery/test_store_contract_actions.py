@@ -170,6 +170,29 @@ def test_cancel_a_waiting_step_but_not_a_running_one(store: StorePort) -> None:
         store.cancel("ghost", by="a", reason="r", traits=WRITE, policy=POLICY, now=LATER)
 
 
+def test_a_cancel_request_is_recorded_without_changing_the_step(store: StorePort) -> None:
+    claimed(store, "r3")
+    before = store.get("r3")
+    state = store.request_cancel("r3", by="agent-7", reason="plan changed", now=LATER)
+    assert state is S.IN_FLIGHT
+    step = store.get("r3")
+    assert (step.state, step.version, step.lease_owner) == (
+        before.state,
+        before.version,
+        before.lease_owner,
+    )
+    kind, src, dst, detail = last(store, "r3")
+    assert (kind, src, dst, detail["by"], detail["reason"]) == (
+        "cancel_requested",
+        S.IN_FLIGHT,
+        S.IN_FLIGHT,
+        "agent-7",
+        "plan changed",
+    )
+    with pytest.raises(StepNotFound):
+        store.request_cancel("ghost", by="a", reason="r", now=LATER)
+
+
 @pytest.mark.parametrize("to", [S.SUCCEEDED, S.FAILED])
 def test_resolve_closes_an_escalated_step(store: StorePort, to: StepState) -> None:
     after(store, escalate)

@@ -14,7 +14,12 @@ import redis
 
 import toolsafe.tasks.app
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
-from toolsafe.adapters.errors import INPUT_NOT_AN_OBJECT, INPUT_NOT_JSON, INPUT_TOO_LARGE
+from toolsafe.adapters.errors import (
+    INPUT_NOT_AN_OBJECT,
+    INPUT_NOT_JSON,
+    INPUT_TOO_DEEP,
+    INPUT_TOO_LARGE,
+)
 from toolsafe.cli.main import EXIT_REFUSED, EXIT_USAGE, main
 from toolsafe.recovery.store import InvalidOperationRef, OperationRefConflict, StepNotFound
 from toolsafe.tasks.client import Client, InvalidInput
@@ -74,6 +79,29 @@ def test_client_input_json_cannot_carry(cluster: Cluster) -> None:
         with pytest.raises(InvalidInput) as caught:
             cluster.client.submit("create_invoice", bad)
         assert caught.value.code == INPUT_NOT_JSON
+
+
+def _nested(depth: int) -> dict[str, object]:
+    """An input ``depth`` levels deep, built without recursion."""
+    inner: object = []
+    for _ in range(depth - 2):
+        inner = [inner]
+    return {**INVOICE, "memo": inner}
+
+
+@pytest.mark.parametrize("depth", [100, 10_000])
+def test_client_input_too_deep_is_neither_stored_nor_sent(
+    cluster: Cluster, redis_url: str, depth: int
+) -> None:
+    ref = new_ref("bad/deep")
+    before = _queued(redis_url)
+    with pytest.raises(InvalidInput) as caught:
+        cluster.client.submit("create_invoice", _nested(depth), operation_ref=ref)
+    assert caught.value.code == INPUT_TOO_DEEP
+    assert "64 levels" in str(caught.value)
+    with pytest.raises(StepNotFound):
+        cluster.client.runtime.store.get(ref)
+    assert _queued(redis_url) == before
 
 
 def test_client_input_too_large_is_neither_stored_nor_sent(
@@ -152,6 +180,14 @@ def test_cli_walks_every_case(cli_env: Path, capsys: pytest.CaptureFixture[str])
     assert code == EXIT_REFUSED and INPUT_TOO_LARGE in err
     code, _, err = _cli(capsys, "submit", "create_invoice", "--input", "{not json")
     assert code == EXIT_USAGE and "is not JSON" in err
+    # Too deep for toolsafe, or for any recursive parser: one line, never a traceback.
+    for depth in (100, 10_000):
+        deep = '{"customer_id": ' + "[" * depth + "]" * depth + "}"
+        code, _, err = _cli(capsys, "submit", "create_invoice", "--input", deep)
+        assert code == EXIT_USAGE and "deeper than 64 levels" in err, err[:300]
+        assert err.count("\n") == 1 and "Traceback" not in err
+    code, _, err = _cli(capsys, "submit", "create_invoice", "--input", '{"a": "\\ud800"}')
+    assert code == EXIT_USAGE and "lone surrogate" in err and err.count("\n") == 1
     huge = "r" * 200_000  # as long as a command line allows
     code, _, err = _cli(capsys, "submit", "create_invoice", "--input", json.dumps(INVOICE),
                         "--ref", huge)  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,11 +10,13 @@ from mcp_types import TextContent
 
 from tests.support import fixtures
 from toolsafe.adapters.envelope import parse_result, to_wire
+from toolsafe.adapters.mappings import to_mcp_call_tool_result
 from toolsafe.agents.definitions import tool_output_schema
 from toolsafe.mcp import tasks
 from toolsafe.mcp.results import META_REF, call_tool_result
+from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.states import StepState
-from toolsafe.tasks.views import HistoryEntry, StepView
+from toolsafe.tasks.views import HistoryEntry, StepView, model_text
 
 NOW = datetime(2026, 11, 30, 9, 15, 0, tzinfo=UTC)
 REF = fixtures.OPERATION_REF
@@ -49,7 +52,8 @@ def view(state: StepState, envelope: dict[str, object] | None, **extra: object) 
 
 
 def text_of(result: object) -> str:
-    [block] = result.content  # type: ignore[attr-defined]
+    """The first text block: the model text (the envelope's JSON follows it)."""
+    block = result.content[0]  # type: ignore[attr-defined]
     assert isinstance(block, TextContent)
     return block.text
 
@@ -60,7 +64,41 @@ def test_a_success_is_its_envelope_and_not_an_error() -> None:
     assert result.is_error is False
     assert result.structured_content == envelope
     assert text_of(result) == "text for succeeded"
+    # For a host that forwards only content: the whole envelope as JSON text as well.
+    last = result.content[-1]
+    assert isinstance(last, TextContent) and json.loads(last.text) == envelope
     assert result.meta == {META_REF: REF, "toolsafe/state": "succeeded"}
+
+
+@pytest.mark.parametrize(
+    ("state", "make"),
+    [
+        (StepState.SUCCEEDED, fixtures.invoice_created),
+        (StepState.NEEDS_INPUT, fixtures.invalid_recipient_address),
+        (StepState.ESCALATED, fixtures.outcome_unknown),
+    ],
+)
+def test_the_server_answers_with_the_one_mapping(state: StepState, make: object) -> None:
+    envelope = make()  # type: ignore[operator]
+    served = call_tool_result(view(state, to_wire(envelope)))
+    dumped = served.model_dump(by_alias=True, mode="json", exclude_none=True)
+    mapped = to_mcp_call_tool_result(envelope, f"text for {state}")
+    assert {key: dumped[key] for key in mapped} == mapped
+    assert to_mcp_call_tool_result(to_wire(envelope), f"text for {state}") == mapped
+
+
+def test_a_success_text_names_its_evidence() -> None:
+    step = StepRecord(
+        id=1, operation_ref=REF, tool="create_invoice", input={}, input_hash="sha256:x",
+        state=StepState.SUCCEEDED, commit_state="committed", attempts=1, max_attempts=5,
+        verification_attempts=0, lookups_unavailable=0, due_at=None, lease_owner=None,
+        lease_expires_at=None, last_sent_at=None, last_envelope=None, fingerprint=None,
+        fingerprint_repeats=0, flagged_fields=(), approval_input_hash=None, reason=None,
+        published_at=None, version=2, created_at=NOW, updated_at=NOW,
+    )  # fmt: skip
+    envelope = to_wire(fixtures.invoice_created())
+    evidence = envelope["verification"]["evidence_ref"]
+    assert evidence and f"evidence {evidence}" in model_text(step, envelope)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +145,7 @@ def test_a_step_waiting_to_retry_is_in_progress_never_an_error() -> None:
         (StepState.SUCCEEDED, "completed"),
         (StepState.FAILED, "completed"),
         (StepState.ESCALATED, "completed"),
-        (StepState.CANCELLED, "completed"),
+        (StepState.CANCELLED, "cancelled"),
     ],
 )
 def test_task_status_follows_the_lifecycle(state: StepState, status: str) -> None:
@@ -122,23 +160,44 @@ def test_a_task_carries_the_ref_timestamps_and_its_result() -> None:
         done.created_at == "2026-11-30T09:14:55Z" and done.last_updated_at == "2026-11-30T09:15:00Z"
     )
     assert done.result is not None and done.result["structuredContent"] == envelope
-    assert done.result["isError"] is False and done.poll_interval_milliseconds is None
-    failed = tasks.detailed(view(StepState.CANCELLED, to_wire(fixtures.version_conflict())), NOW)
+    assert done.result["isError"] is False and done.poll_interval_ms is None
+    assert done.wire()["ttlMs"] is None and "pollIntervalMs" not in done.wire()
+    failed = tasks.detailed(view(StepState.FAILED, to_wire(fixtures.version_conflict())), NOW)
     assert failed.status == "completed" and failed.result is not None
     assert failed.result["isError"] is True
+    # A tool error is a completed task with an error result, never the status "failed"
+    # (JSON-RPC errors only); a cancelled step is the status "cancelled", no result.
+    cancelled = tasks.detailed(view(StepState.CANCELLED, to_wire(fixtures.version_conflict())), NOW)
+    assert cancelled.status == "cancelled" and cancelled.result is None
+    assert cancelled.meta is not None and cancelled.meta[tasks.META_RESULT]["isError"] is True
     waiting = tasks.detailed(
         view(StepState.WAITING_RETRY, None, due_at=NOW + timedelta(seconds=7)), NOW
     )
     assert waiting.status == "working" and waiting.result is None
-    assert waiting.poll_interval_milliseconds == 7000
+    assert waiting.poll_interval_ms == 7000 and waiting.wire()["pollIntervalMs"] == 7000
     asking = tasks.detailed(
         view(StepState.AWAITING_APPROVAL, to_wire(fixtures.missing_approval())), NOW
     )
     assert asking.status == "input_required" and asking.input_requests == {}
     assert asking.meta is not None and asking.meta[tasks.META_RESULT]["isError"] is True
     created = tasks.created(view(StepState.PENDING, None), NOW)
-    wire = created.model_dump(by_alias=True, mode="json", exclude_none=True)
+    wire = created.wire()
     assert wire["resultType"] == "task" and wire["taskId"] == REF and wire["status"] == "working"
+    assert wire["ttlMs"] is None and wire["pollIntervalMs"] == tasks.POLL_MS
+
+
+def test_a_cancel_asked_for_is_in_the_status_until_the_step_is_over() -> None:
+    asked = HistoryEntry(
+        at=NOW, kind="cancel_requested", from_state="verifying", to_state="verifying", label="x"
+    )
+    verifying = view(StepState.VERIFYING, None)
+    verifying = StepView(**{**verifying.__dict__, "history": (*verifying.history, asked)})
+    note = tasks.cancel_note(verifying)
+    assert note is not None and "Cancellation requested at 2026-11-30T09:15:00Z" in note
+    assert "stays a success" in note
+    assert tasks.cancel_note(view(StepState.VERIFYING, None)) is None
+    done = view(StepState.SUCCEEDED, to_wire(fixtures.invoice_created()))
+    assert tasks.cancel_note(StepView(**{**done.__dict__, "history": (asked,)})) is None
 
 
 def test_only_a_client_that_declares_the_extension_gets_tasks() -> None:

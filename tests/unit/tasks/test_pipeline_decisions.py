@@ -307,6 +307,46 @@ def test_verify_not_found_after_the_window_retries_under_the_same_ref(
     assert hints.take() == [Hint("execute", REF, step.due_at)]
 
 
+def test_a_cancel_asked_for_while_verifying_cancels_a_write_found_absent(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    assert store.request_cancel(REF, by="agent", reason="plan changed", now=now()) is S.VERIFYING
+    adapter.lookups.append(lambda: LookupNotFound(checked_at=now()))
+    assert pipeline.verify(runtime, hints, REF) == "cancel"
+    step = store.get(REF)
+    assert (step.state, step.commit_state) == (S.CANCELLED, "not_committed")
+    assert kinds(store)[-2:] == ["looked_up", "cancelled"] and adapter.calls == []
+    assert hints.take() == []  # no retry: nothing is written again
+
+
+def test_a_cancel_asked_for_while_verifying_never_cancels_a_write_that_happened(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    store.request_cancel(REF, by="agent", reason="plan changed", now=now())
+    adapter.lookups.append(
+        lambda: LookupFound(checked_at=now(), result={"id": 7}, evidence_ref="inv:7")
+    )
+    assert pipeline.verify(runtime, hints, REF) == "succeed"
+    assert store.get(REF).state is S.SUCCEEDED
+
+
+def test_a_cancel_asked_for_while_running_takes_effect_instead_of_the_retry(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    submit(runtime)
+
+    def ask() -> None:
+        store.request_cancel(REF, by="agent", reason="plan changed", now=now())
+
+    adapter.while_calling = ask
+    adapter.answers.append(retry_in(30))
+    assert pipeline.execute(runtime, hints, REF) == "cancel"
+    assert store.get(REF).state is S.CANCELLED
+    assert hints.take() == [] and len(adapter.calls) == 1
+
+
 def test_verify_with_the_lookup_down_tries_again_later(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
