@@ -234,7 +234,8 @@ def test_the_wheel_holds_only_the_toolsafe_package(wheel_build: WheelBuild) -> N
         "toolsafe/settings.py",
         "toolsafe/adapters/envelope.py",
         "toolsafe/adapters/schema/envelope.schema.json",
-        "toolsafe/recovery/store/steps.py",
+        "toolsafe/recovery/store/sql/steps.py",
+        "toolsafe/recovery/store/memory/store.py",
         "toolsafe/recovery/migrations/env.py",
     ):
         assert inside in names, f"the wheel lacks {inside}"
