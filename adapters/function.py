@@ -32,7 +32,7 @@ from toolsafe.adapters.protocol import (
     LookupResult,
     LookupUnavailable,
 )
-from toolsafe.adapters.redaction import clean_text, safe_text
+from toolsafe.adapters.redaction import clean_text
 from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
 
 EVIDENCE_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,99}$")
@@ -95,7 +95,7 @@ def clean_result(value: object, depth: int = 0) -> JsonValue:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return safe_text(value)
+        return value  # cleaned as untrusted text by the guard (adapters/results.py)
     if depth >= _RESULT_DEPTH:
         return None
     if isinstance(value, Mapping):

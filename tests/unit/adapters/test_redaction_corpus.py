@@ -110,3 +110,40 @@ def test_a_function_adapters_text_loses_an_ansi_sequence_whole() -> None:
 def test_the_narrowed_patterns_replace_patterns_the_error_path_has() -> None:
     # A narrowed pattern whose original changed would silently stop narrowing anything.
     assert set(_NARROWED) <= {pattern.pattern for pattern in _INSTRUCTION_PATTERNS}
+
+
+def test_a_decorated_function_alters_the_benign_corpus_no_more_than_the_guard() -> None:
+    """A ``@read_tool`` function's result goes through the same cleaning (the guard's),
+    not a stricter first pass of its own: the benign corpus stays at most 1 % altered,
+    and no hostile sample's needle comes out."""
+    from typing import Any
+
+    from tests.support.redaction_corpus import _MARKER, _strings
+    from toolsafe.adapters.decorators import read_tool
+    from toolsafe.adapters.guard import call_adapter
+
+    returned: dict[str, dict[str, Any]] = {}
+
+    @read_tool(evidence=lambda value: "rec_1")
+    def fetch(n: int, operation_ref: str) -> dict[str, Any]:
+        return returned["value"]
+
+    # The hosts the service's links may point at (no @read_tool option for them yet).
+    setattr(fetch, "result_hosts", frozenset(DECLARED_HOSTS))  # noqa: B010
+    altered = total = 0
+    for kind, records in RECORDS.items():
+        for index, record in enumerate(records):
+            returned["value"] = record
+            answer = call_adapter(fetch, {"n": 1}, f"corpus/{kind}/{index}")
+            if not isinstance(answer, ToolSuccess):
+                continue  # a body that reports a failure is the adapter's to read
+            before, after = dict(_strings(record, "")), dict(_strings(answer.result, ""))
+            total += len(before)
+            altered += sum(1 for path, text in before.items() if after.get(path) != text)
+    assert total >= 200 and altered / total <= 0.01, (altered, total)
+    for category, samples in CATEGORIES.items():
+        for index, (text, needles) in enumerate(samples):
+            returned["value"] = {"id": "rec_1", "note": text}
+            answer = call_adapter(fetch, {"n": 1}, f"corpus/{category}/{index}")
+            shown = _MARKER.sub("", str(answer.result)) if isinstance(answer, ToolSuccess) else ""
+            assert not any(needle in shown for needle in needles), (category, text)
