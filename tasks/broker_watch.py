@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
@@ -102,6 +103,25 @@ def judge(
     return lost.merged(pending)
 
 
+TICK_WAIT: Final = 1.1
+"""How long :func:`server_start` waits at most for Redis's uptime to tick."""
+
+
+def server_start(client: Any, now: datetime, uptime: int) -> datetime:
+    """When the Redis server started, to a few milliseconds. Redis counts its uptime in
+    whole seconds, so ``now - uptime`` is up to a second late, and a hint sent to a new
+    server in its first second would be judged lost: wait (at most ``TICK_WAIT``, only
+    when the marker says the server changed) for the count to tick, and take its start
+    from the tick."""
+    begun = time.monotonic()
+    while (waited := time.monotonic() - begun) < TICK_WAIT:
+        ticked = int(client.info("server")["uptime_in_seconds"])
+        if ticked != uptime:
+            return now + timedelta(seconds=waited) - timedelta(seconds=ticked)
+        time.sleep(0.005)
+    return now - timedelta(seconds=uptime)
+
+
 class BrokerWatch(Protocol):
     """What the sweeper asks the broker (``pipeline.sweep``)."""
 
@@ -131,8 +151,11 @@ class RedisBrokerWatch:
         def look(client: Any) -> LossWindow | None:
             info = client.info("server")
             run_id = str(info["run_id"])
-            started = now - timedelta(seconds=float(info["uptime_in_seconds"]))
             marker = parse_marker(client.get(MARKER_KEY))
+            if marker is not None and marker.run_id == run_id:
+                started = now  # not needed: the broker lost nothing since the marker
+            else:
+                started = server_start(client, now, int(info["uptime_in_seconds"]))
             window = judge(marker, run_id, started, now, self._seen)
             self._seen = run_id
             client.set(MARKER_KEY, Marker(run_id, now, window).dump())
