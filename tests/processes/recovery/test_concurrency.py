@@ -114,34 +114,44 @@ def test_a_claim_that_waited_on_another_writer_labels_its_event_with_the_new_sta
     create_step(store, "create_invoice", {"n": 1}, operation_ref="race/1", policy=POLICY, now=T0)
     mover = store.engine.connect()
     transaction = mover.begin()
-    mover.execute(
-        update(steps)
-        .where(steps.c.operation_ref == "race/1")
-        .values(state="waiting_retry", version=steps.c.version + 1)
-    )
-    claimed: list[object] = []
-    claimer = threading.Thread(
-        target=lambda: claimed.append(store.claim_execution("race/1", "w1", LEASE, T0 + LEASE))
-    )
-    mover_pid = mover.execute(text("SELECT pg_backend_pid()")).scalar_one()
-    claimer.start()
-    # Observed, not assumed: a backend is blocked on the mover's row lock.
-    deadline = time.monotonic() + 10
-    with store.engine.connect() as watcher:
-        while True:
-            blocked = watcher.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
-                ),
-                {"pid": mover_pid},
-            ).scalar_one()
-            if blocked:
-                break
-            assert time.monotonic() < deadline, "the claim never waited on the row lock"
-            time.sleep(0.01)
-    assert claimer.is_alive()
-    transaction.commit()
-    mover.close()
+    # The mover holds a row lock: a failing look must not leave it held for the tests
+    # after this one (they share the database).
+    try:
+        mover.execute(
+            update(steps)
+            .where(steps.c.operation_ref == "race/1")
+            .values(state="waiting_retry", version=steps.c.version + 1)
+        )
+        claimed: list[object] = []
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.claim_execution("race/1", "w1", LEASE, T0 + LEASE))
+        )
+        mover_pid = mover.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        claimer.start()
+        # Observed, not assumed: a backend is blocked on the mover's row lock.
+        deadline = time.monotonic() + 10
+        with store.engine.connect() as watcher:
+            while True:
+                blocked = watcher.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE :pid = ANY(pg_blocking_pids(pid))"
+                    ),
+                    {"pid": mover_pid},
+                ).scalar_one()
+                # pg_stat_activity is read once per transaction (its snapshot is cached until
+                # the transaction ends): a new transaction each look, or it never changes.
+                watcher.rollback()
+                if blocked:
+                    break
+                assert time.monotonic() < deadline, "the claim never waited on the row lock"
+                time.sleep(0.01)
+        assert claimer.is_alive()
+        transaction.commit()
+    finally:
+        if transaction.is_active:
+            transaction.rollback()
+        mover.close()
     claimer.join(timeout=10)
     assert claimed and claimed[0] is not None, "the claim must win once the mover commits"
     event = store.events("race/1")[-1]
