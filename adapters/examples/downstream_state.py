@@ -168,6 +168,11 @@ class State:
             self.faults.append(fault)
         return fault
 
+    def clear_fault(self, fault: Fault) -> None:
+        """Lift one fault injected "until cleared" (a no-op once it was used up)."""
+        with self.lock:
+            self.faults = [held for held in self.faults if held.id != fault.id]
+
     def take_fault(self, names: frozenset[str], resource: str, ref: str | None) -> Fault | None:
         """The first matching fault of ``names``, one use consumed."""
         with self.lock:

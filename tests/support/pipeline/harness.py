@@ -20,6 +20,7 @@ import psycopg
 
 from tests.support.machine import session_machine
 from toolsafe.adapters.examples.downstream import DownstreamService
+from toolsafe.adapters.examples.downstream_state import Fault
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.chaos.checks import StepFacts, check_steps
 from toolsafe.harness import (
@@ -256,8 +257,11 @@ class Cluster:
     def effects(self, operation_ref: str) -> int:
         return self.downstream.effects().get(operation_ref, 0)
 
-    def fault(self, **spec: Any) -> None:
-        self.downstream.state.add_fault(spec)
+    def fault(self, **spec: Any) -> Fault:
+        return self.downstream.state.add_fault(spec)
+
+    def clear_fault(self, fault: Fault) -> None:
+        self.downstream.state.clear_fault(fault)
 
     def wait_for(
         self,
