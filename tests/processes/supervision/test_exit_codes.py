@@ -47,18 +47,35 @@ def _env(tmp_path: Path, broker: str) -> dict[str, str]:
     return {**child_env(settings), "PYTHONUNBUFFERED": "1"}
 
 
-def _children(pid: int) -> list[int]:
+def _pool_children(pid: int) -> list[int]:
+    """The forked children of ``pid`` (a pool child runs the parent's command line; a
+    short-lived helper program that the worker's start-up runs does not)."""
+    try:
+        parent = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            forked = int(fields[1]) == pid and (entry / "cmdline").read_bytes() == parent
         except OSError:
             continue
-        if int(fields[1]) == pid:
+        if forked:
             found.append(int(entry.name))
     return found
+
+
+def _kill_a_pool_child(pid: int) -> bool:
+    for child in _pool_children(pid):
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:  # gone between the listing and the kill
+            continue
+        return True
+    return False
 
 
 def test_a_pool_child_killed_at_start_up_leaves_a_consuming_worker_or_a_failed_exit(
@@ -70,8 +87,7 @@ def test_a_pool_child_killed_at_start_up_leaves_a_consuming_worker_or_a_failed_e
     worker = spawn("worker", argv, env=env, directory=tmp_path, ready_marker=WORKER_READY)
     try:
         # The first pool child, killed as soon as it exists: before the worker is ready.
-        wait_until(lambda: bool(_children(worker.pid)), 60, "a pool child", interval=0.01)
-        os.kill(_children(worker.pid)[0], signal.SIGKILL)
+        wait_until(lambda: _kill_a_pool_child(worker.pid), 60, "a pool child killed", interval=0.01)
         assert WORKER_READY not in worker.text(), worker.tail()
         registry = WorkerRegistry(make_engine(env["TOOLSAFE_DATABASE_URL"]))
 
