@@ -319,8 +319,8 @@ def test_approve_then_a_rate_limit_keeps_the_tools_budget(store: StorePort) -> N
     claim = store.claim_execution(REF, "worker-2", LEASE, LATER)
     assert claim is not None
     limited = Executed(retry_later(REF, LATER + MINUTE, remaining=10))
-    recorded = store.record(claim, limited, traits=WRITE, policy=POLICY, now=LATER, rng=rng())
-    assert recorded is not None and recorded.step.state is S.WAITING_RETRY  # not escalated
+    retried = store.record(claim, limited, traits=WRITE, policy=POLICY, now=LATER, rng=rng())
+    assert retried is not None and retried.step.state is S.WAITING_RETRY  # not escalated
     assert _left(store) == BUDGET - 1
     assert store.claim_execution(REF, "worker-3", LEASE, LATER + MINUTE) is not None
 
@@ -344,9 +344,9 @@ def test_corrected_input_then_a_lost_worker_verified_absent_waits_to_retry(
     claim = store.claim_verification(REF, "checker", LEASE, check_at)
     assert claim is not None
     absent = LookedUp(LookupNotFound(checked_at=check_at))
-    recorded = store.record(claim, absent, traits=WRITE, policy=POLICY, now=check_at, rng=rng())
-    assert recorded is not None
-    assert (recorded.step.state, recorded.step.commit_state) == (S.WAITING_RETRY, "not_committed")
+    found = store.record(claim, absent, traits=WRITE, policy=POLICY, now=check_at, rng=rng())
+    assert found is not None
+    assert (found.step.state, found.step.commit_state) == (S.WAITING_RETRY, "not_committed")
     assert _left(store) == BUDGET - 1
     assert store.claim_execution(REF, "worker-3", LEASE, check_at) is not None
 
