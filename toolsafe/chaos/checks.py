@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from toolsafe.adapters import codes
 from toolsafe.chaos.plan import Verdict, Violation
 from toolsafe.recovery import reasons
 from toolsafe.recovery.records import EventRecord, StepRecord
-from toolsafe.recovery.states import NO_OUTCOME_YET, StepState
+from toolsafe.recovery.states import NO_OUTCOME_YET, REDRIVEN, WAITING_ON_HUMAN, StepState
 
 S = StepState
 
@@ -56,16 +56,13 @@ class StepFacts:
         )
 
 
-_PERSON: Final = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
-
-
 def _grants_a_budget(event: EventRecord) -> bool:
     """A person's decision gives the tool's whole budget again (``decide.fresh_budget``):
     announced when the step starts waiting on a person, given by the approval, the
     corrected input or the operator's re-drive."""
-    if event.to_state in _PERSON or event.kind in ("approved", "input_provided"):
+    if event.to_state in WAITING_ON_HUMAN or event.kind in ("approved", "input_provided"):
         return True
-    return event.kind == "resolved" and event.to_state in (S.PENDING, S.VERIFYING)
+    return event.kind == "resolved" and event.to_state in REDRIVEN
 
 
 def check_attempts(step: StepFacts) -> list[Violation]:

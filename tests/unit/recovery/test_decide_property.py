@@ -49,7 +49,7 @@ from toolsafe.recovery.outcomes import (
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
-from toolsafe.recovery.states import ALLOWED, TERMINAL, StepState
+from toolsafe.recovery.states import ALLOWED, TERMINAL, WAITING_ON_HUMAN, StepState
 
 S = StepState
 REF = "run_81/step_4"
@@ -108,8 +108,7 @@ LIKELY: dict[StepState, tuple[str, ...]] = {
     S.AWAITING_APPROVAL: ("approve",) * 3 + ("reject", "cancel"),
     S.ESCALATED: ("resolve",),
 }
-PERSON = frozenset({S.NEEDS_INPUT, S.AWAITING_APPROVAL})
-"""The states that wait on a person, whose decision gives the tool's whole budget again."""
+PERSON = WAITING_ON_HUMAN  # a person's decision there gives the tool's whole budget again
 WORKER_STATES: dict[type, frozenset[StepState]] = {
     Executed: frozenset({S.IN_FLIGHT}),
     LookedUp: frozenset({S.VERIFYING}),
