@@ -188,8 +188,9 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "not_committed",
             "never",
             "request_approval",
-            # One attempt left: the one that runs once a human approved (the runtime
-            # escalates a request_approval with none left).
+            # At least one: the call that runs once a human approved (the runtime
+            # escalates a request_approval with none left). The step then gets its tool's
+            # whole budget again, and the envelope it shows while waiting says so.
             1,
             ("status", "tool"),
             "The action needs a human approval first; nothing was written. Request approval; "

@@ -76,9 +76,9 @@ def _decide(
     if isinstance(outcome, LeaseExpired):
         return _lease_expired(step, now, policy, rng)
     if isinstance(outcome, InputCorrected):
-        return _input_corrected(step, outcome, now)
+        return _input_corrected(step, outcome, now, policy)
     if isinstance(outcome, Approved):
-        return _approved(step, outcome, now)
+        return _approved(step, outcome, now, policy)
     if isinstance(outcome, Rejected):
         _require(step, S.AWAITING_APPROVAL, R.NOT_AWAITING_APPROVAL, "rejected")
         extra = {"approver": outcome.approver, "reason": outcome.reason}
@@ -142,6 +142,14 @@ def _stale(step: StepSnapshot, what: str, expected: str) -> TransitionRefused:
 
 def _attempts_left(step: StepSnapshot) -> int:
     return step.max_attempts - step.attempts
+
+
+def fresh_budget(step: StepSnapshot, policy: Policy) -> dict[str, Any]:
+    """The tool's whole budget of executions again, counted from now: what a person's
+    decision gives a step (an operator's re-drive, an approval, a corrected input
+    accepted). Attempts already made stay counted; the loop guard is not touched here
+    (a re-drive resets it itself, an approval or a correction does not)."""
+    return {"max_attempts": step.attempts + policy.retry.max_attempts}
 
 
 def _verify_unknown(
@@ -225,6 +233,10 @@ def _tool_error(
     if limit - step.attempts <= 0:
         return _escalate(step, R.ATTEMPTS_EXHAUSTED, envelope.commit_state, **counts)
 
+    # Waiting on a person: the envelope's count allowed the corrected or approved call
+    # (none left escalated above); the person's decision then gives the tool's whole
+    # budget again (``fresh_budget``), and the step says so while it waits — a rate
+    # limit or a lost worker after the decision does not spend it.
     if next_action == "correct_input":
         return _to(
             step,
@@ -232,7 +244,7 @@ def _tool_error(
             "wait_input",
             envelope.commit_state,
             fields=flagged_fields(envelope),
-            **counts,
+            **{**counts, **fresh_budget(step, policy)},
         )
     if next_action == "request_approval":
         return _to(
@@ -241,7 +253,7 @@ def _tool_error(
             "wait_approval",
             envelope.commit_state,
             approval_input_hash=step.input_hash,
-            **counts,
+            **{**counts, **fresh_budget(step, policy)},
         )
     # wait_and_retry, or a read's dependency failure.
     not_before = envelope.retry.not_before
@@ -346,7 +358,13 @@ def _lease_expired(
 # ---------------------------------------------------------------------- agent and operator
 
 
-def _input_corrected(step: StepSnapshot, outcome: InputCorrected, now: datetime) -> Decision:
+def _input_corrected(
+    step: StepSnapshot, outcome: InputCorrected, now: datetime, policy: Policy
+) -> Decision:
+    """needs_input → pending with the new input, and the tool's whole budget again
+    (``fresh_budget``); identical input, an unchanged flagged field or input that fails
+    validation is refused. The loop guard's count stays (the new input hash makes the
+    next error's fingerprint a new one anyway)."""
     _require(step, S.NEEDS_INPUT, R.NOT_NEEDS_INPUT, "given corrected input")
     if outcome.new_input_hash == step.input_hash:
         raise TransitionRefused(
@@ -373,10 +391,14 @@ def _input_corrected(step: StepSnapshot, outcome: InputCorrected, now: datetime)
         step.commit_state,
         due_at=now,
         input_hash=outcome.new_input_hash,
+        **fresh_budget(step, policy),
     )
 
 
-def _approved(step: StepSnapshot, outcome: Approved, now: datetime) -> Decision:
+def _approved(step: StepSnapshot, outcome: Approved, now: datetime, policy: Policy) -> Decision:
+    """awaiting_approval → pending for the input the approval was asked for, with the
+    tool's whole budget again (``fresh_budget``); the loop guard's count stays, so the
+    same refusal again and again after approvals still escalates ``LOOP_GUARD``."""
     _require(step, S.AWAITING_APPROVAL, R.NOT_AWAITING_APPROVAL, "approved")
     if outcome.input_hash != step.approval_input_hash or outcome.input_hash != step.input_hash:
         raise TransitionRefused(
@@ -385,7 +407,15 @@ def _approved(step: StepSnapshot, outcome: Approved, now: datetime) -> Decision:
             f"for input {step.approval_input_hash}",
         )
     extra = {"approver": outcome.approver, "reason": outcome.reason}
-    return _to(step, S.PENDING, "run", step.commit_state, due_at=now, extra=extra)
+    return _to(
+        step,
+        S.PENDING,
+        "run",
+        step.commit_state,
+        due_at=now,
+        extra=extra,
+        **fresh_budget(step, policy),
+    )
 
 
 def _resolved(step: StepSnapshot, outcome: Resolved, now: datetime, policy: Policy) -> Decision:
@@ -420,7 +450,7 @@ def _resolved(step: StepSnapshot, outcome: Resolved, now: datetime, policy: Poli
         )
     # A re-drive gets a fresh budget of executions and a fresh loop guard.
     fresh: dict[str, Any] = {
-        "max_attempts": step.attempts + policy.retry.max_attempts,
+        **fresh_budget(step, policy),
         "fingerprint_repeats": 0,
         "extra": extra,
     }

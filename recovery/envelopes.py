@@ -71,6 +71,8 @@ def shown_envelope(
         if not isinstance(observed, ToolError):  # pragma: no cover - decide's contract
             raise AssertionError(f"{state} is only reached from an adapter's error")
         # A correction is retried once fixed; an approval request waits for a human only.
+        # Attempts left is what the person's decision gives: the tool's whole budget
+        # again (``decide.fresh_budget``), not the adapter's count for the next call.
         directive = "after_input_fix" if state is S.NEEDS_INPUT else "never"
         return _with_retry(observed, directive, left, None)
     if state is S.WAITING_RETRY:

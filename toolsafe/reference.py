@@ -27,7 +27,11 @@ runtime's reasons and refusals, the lookup codes and the no-op reasons. No strin
 two catalogues.
 
 - **attempts left** is the envelope's `retry.max_attempts_remaining`; the runtime keeps
-  its own, stricter count (attempts left = min(policy, envelope)).
+  its own, stricter count (attempts left = min(policy, envelope)). On a `correct_input`
+  or `request_approval` code it only says whether the corrected or approved call may go
+  out (0: escalated at once); the person's decision then gives the step its tool's whole
+  budget again, and the envelope the step shows while it waits says that number
+  (`docs/lifecycle.md`, "A person's decision gets the whole budget").
 - **safe_details keys** are the only keys the code may carry: anything else an adapter
   passes is dropped, and values are scanned for secrets (see `docs/redaction.md`).
 - The model reads `agent_message`, built only from the code's template and those keys;

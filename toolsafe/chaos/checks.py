@@ -12,7 +12,7 @@ from toolsafe.adapters import codes
 from toolsafe.chaos.plan import Verdict, Violation
 from toolsafe.recovery import reasons
 from toolsafe.recovery.records import EventRecord, StepRecord
-from toolsafe.recovery.states import NO_OUTCOME_YET, StepState
+from toolsafe.recovery.states import NO_OUTCOME_YET, REDRIVEN, WAITING_ON_HUMAN, StepState
 
 S = StepState
 
@@ -30,14 +30,18 @@ class StepFacts:
     executions: int  # execution claims in the step's events
     reason: str | None
     envelope: Mapping[str, Any] | None  # the envelope the model sees now
+    # Executions before the last person's decision (an approval, a corrected input, an
+    # operator's re-drive, or the request for one): the policy's budget counts from there.
+    granted_at: int = 0
 
     @classmethod
     def of(cls, step: StepRecord, events: Iterable[EventRecord], policy_limit: int) -> StepFacts:
-        executions = sum(
-            1
-            for event in events
-            if event.kind == "claimed" and event.detail.get("claim") == "execute"
-        )
+        executions = granted_at = 0
+        for event in events:
+            if event.kind == "claimed" and event.detail.get("claim") == "execute":
+                executions += 1
+            elif _grants_a_budget(event):
+                granted_at = executions
         return cls(
             operation_ref=step.operation_ref,
             state=step.state,
@@ -48,20 +52,33 @@ class StepFacts:
             executions=executions,
             reason=step.reason,
             envelope=step.last_envelope,
+            granted_at=granted_at,
         )
 
 
+def _grants_a_budget(event: EventRecord) -> bool:
+    """A person's decision gives the tool's whole budget again (``decide.fresh_budget``):
+    announced when the step starts waiting on a person, given by the approval, the
+    corrected input or the operator's re-drive."""
+    if event.to_state in WAITING_ON_HUMAN or event.kind in ("approved", "input_provided"):
+        return True
+    return event.kind == "resolved" and event.to_state in REDRIVEN
+
+
 def check_attempts(step: StepFacts) -> list[Violation]:
-    """No step executed more often than its policy allows, every execution was counted,
+    """No step executed more often than its policy allows (counted from the last
+    person's decision, which gives the whole budget again), every execution was counted,
     and a step escalated for exhausted attempts used exactly its limit."""
     ref, found = step.operation_ref, []
-    if step.attempts > step.max_attempts or step.max_attempts > step.policy_limit:
+    allowed = step.policy_limit + step.granted_at
+    if step.attempts > step.max_attempts or step.max_attempts > allowed:
         found.append(
             Violation(
                 ref,
                 "attempts_over_limit",
                 f"{step.attempts} attempts, step limit {step.max_attempts}, "
-                f"policy limit {step.policy_limit}",
+                f"policy limit {step.policy_limit}"
+                + (f" from attempt {step.granted_at}" if step.granted_at else ""),
             )
         )
     if step.executions != step.attempts:

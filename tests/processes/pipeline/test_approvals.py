@@ -62,7 +62,8 @@ def test_the_approved_execution_carries_the_approval_reference(cluster: Cluster)
 def test_an_approval_does_not_carry_over_to_changed_input(cluster: Cluster) -> None:
     """The input changes between the approval and the execution (no public path does
     that: this is the defence in depth of ``approval_ref``): the worker sends no approval,
-    the downstream refuses, and toolsafe reports it rather than retrying into success."""
+    the downstream refuses, and toolsafe asks for an approval of the changed input rather
+    than retrying into success."""
     ref = new_ref("run_a2/step_1")
     cluster.fault(fault="require_approval", operation_ref=ref, times=None)
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
@@ -86,11 +87,14 @@ def test_an_approval_does_not_carry_over_to_changed_input(cluster: Cluster) -> N
 
     cluster.start_worker("approvals-changed", concurrency=1)
     view = cluster.client.wait(ref, timeout=20)
-    # Refused downstream, reported as such; the approval granted one execution, and
-    # this was it, so the step escalates for a human instead of running again.
-    assert view.state is S.ESCALATED, cluster.logs()
-    assert view.reason == "ATTEMPTS_EXHAUSTED"
-    escalated = [e for e in store.events(ref) if e.to_state is S.ESCALATED]
-    assert escalated[-1].detail["envelope"]["code"] == "MISSING_APPROVAL"
+    # Refused downstream, reported as such: the step waits for a human again, now for
+    # an approval of the changed input (the old approval does not cover it). Since issue
+    # 29 an approval gives the tool's whole budget, so this is no ATTEMPTS_EXHAUSTED.
+    assert view.state is S.AWAITING_APPROVAL, cluster.logs()
+    assert view.envelope is not None and to_wire(view.envelope)["code"] == "MISSING_APPROVAL"
+    step = store.get(ref)
+    assert step.approval_input_hash == input_hash(changed) != approved_for
     assert cluster.effects(ref) == 0 and _records(cluster, "invoices", ref) == []
-    assert cluster.went_through(ref, S.AWAITING_APPROVAL, S.PENDING, S.IN_FLIGHT, S.ESCALATED)
+    assert cluster.went_through(
+        ref, S.AWAITING_APPROVAL, S.PENDING, S.IN_FLIGHT, S.AWAITING_APPROVAL
+    )

@@ -151,7 +151,9 @@ def test_record_correct_input_keeps_flagged_fields_and_the_loop_fingerprint(
     step = recorded.step
     assert step.state is S.NEEDS_INPUT and step.flagged_fields == ("recipient_email",)
     assert step.fingerprint is not None and step.fingerprint_repeats == 1
-    assert step.max_attempts == 2  # min(policy 3, attempts 1 + 1 remaining)
+    # The envelope's 1 remaining allowed the corrected call; once corrected the step
+    # gets the policy's whole budget again (1 claimed + 3), announced while it waits.
+    assert step.max_attempts == 1 + POLICY.retry.max_attempts
 
 
 def test_record_with_another_owners_claim_writes_nothing(store: StepStore) -> None:

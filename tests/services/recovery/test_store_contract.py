@@ -419,7 +419,8 @@ def test_record_correct_input_keeps_flagged_fields_and_fingerprint(store: StoreP
     step = recorded.step
     assert step.state is S.NEEDS_INPUT and step.flagged_fields == ("recipient_email",)
     assert step.fingerprint is not None and step.fingerprint_repeats == 1
-    assert step.max_attempts == 2 and step.due_at is None
+    # Once corrected the step gets the policy's whole budget (3) again, announced now.
+    assert step.max_attempts == 1 + POLICY.retry.max_attempts and step.due_at is None
     # The record a worker gets back is the row as stored (no read-back needed).
     assert store.get(REF) == step
 

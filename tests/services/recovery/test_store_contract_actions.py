@@ -11,11 +11,13 @@ import pytest
 
 from tests.support.recovery.contract_support import (
     LATER,
+    MINUTE,
     REF,
     S,
     after,
     claimed,
     last,
+    rng,
     set_columns,
     submit,
     unchanged,
@@ -29,9 +31,11 @@ from tests.support.recovery.store_support import (
     correct_input,
     escalate,
     needs_approval,
+    retry_later,
     unknown,
 )
-from toolsafe.adapters.protocol import FieldError
+from toolsafe.adapters.protocol import FieldError, LookupNotFound
+from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import (
     StepNotFound,
@@ -283,3 +287,87 @@ def test_resolve_refusals(store: StorePort) -> None:
         store.resolve(
             "ghost", operator="o", reason="r", to=S.FAILED, traits=WRITE, policy=POLICY, now=LATER
         )
+
+
+# ------------------------------------------------------------------ a person's decision (issue 29)
+
+BUDGET = POLICY.retry.max_attempts
+
+
+def _left(store: StorePort, ref: str = REF) -> int:
+    """Attempts left as the row counts them; the envelope it shows must say the same."""
+    step = store.get(ref)
+    assert step.last_envelope is not None
+    assert (
+        step.last_envelope["retry"]["max_attempts_remaining"] == step.max_attempts - step.attempts
+    )
+    return step.max_attempts - step.attempts
+
+
+def test_approve_then_a_rate_limit_keeps_the_tools_budget(store: StorePort) -> None:
+    after(store, needs_approval)  # the adapter said: 1 attempt left
+    waiting = store.get(REF)
+    assert _left(store) == BUDGET  # what the approval will give, said while waiting
+    # A row stored before the rule: its limit lowered to the adapter's one attempt.
+    set_columns(store, REF, max_attempts=waiting.attempts + 1)
+    recorded = store.approve(
+        REF, approver="ops@example.com", reason="ok", input_hash=waiting.input_hash,
+        traits=WRITE, policy=POLICY, now=LATER,
+    )  # fmt: skip
+    assert recorded.step.max_attempts == waiting.attempts + BUDGET
+    assert last(store)[3]["max_attempts"] == waiting.attempts + BUDGET
+    claim = store.claim_execution(REF, "worker-2", LEASE, LATER)
+    assert claim is not None
+    limited = Executed(retry_later(REF, LATER + MINUTE, remaining=10))
+    retried = store.record(claim, limited, traits=WRITE, policy=POLICY, now=LATER, rng=rng())
+    assert retried is not None and retried.step.state is S.WAITING_RETRY  # not escalated
+    assert _left(store) == BUDGET - 1
+    assert store.claim_execution(REF, "worker-3", LEASE, LATER + MINUTE) is not None
+
+
+def test_corrected_input_then_a_lost_worker_verified_absent_waits_to_retry(
+    store: StorePort,
+) -> None:
+    after(store, correct_input)
+    old = store.get(REF)
+    assert _left(store) == BUDGET
+    fixed = {**old.input, "recipient_email": "billing@example.com"}
+    recorded = store.provide_input(
+        REF, fixed, validate=valid, traits=WRITE, policy=POLICY, now=LATER
+    )
+    assert recorded.step.max_attempts == old.attempts + BUDGET
+    assert store.claim_execution(REF, "worker-2", LEASE, LATER) is not None
+    # The worker dies during the call: its lease runs out, the write is unknown.
+    [expired] = store.expire_leases(LATER + LEASE, lambda _: WRITE, lambda _: POLICY, rng=rng())
+    assert (expired.step.state, expired.step.commit_state) == (S.VERIFYING, "unknown")
+    check_at = max(expired.step.due_at or LATER, LATER + WRITE.consistency_window + MINUTE)
+    claim = store.claim_verification(REF, "checker", LEASE, check_at)
+    assert claim is not None
+    absent = LookedUp(LookupNotFound(checked_at=check_at))
+    found = store.record(claim, absent, traits=WRITE, policy=POLICY, now=check_at, rng=rng())
+    assert found is not None
+    assert (found.step.state, found.step.commit_state) == (S.WAITING_RETRY, "not_committed")
+    assert _left(store) == BUDGET - 1
+    assert store.claim_execution(REF, "worker-3", LEASE, check_at) is not None
+
+
+def test_the_loop_guard_still_escalates_refusals_repeated_across_approvals(
+    store: StorePort,
+) -> None:
+    after(store, needs_approval)
+    now = LATER
+    for _ in range(POLICY.loop_guard - 1):
+        step = store.get(REF)
+        assert step.state is S.AWAITING_APPROVAL
+        store.approve(
+            REF, approver="ops", reason="ok", input_hash=step.input_hash,
+            traits=WRITE, policy=POLICY, now=now,
+        )  # fmt: skip
+        claim = store.claim_execution(REF, "worker-2", LEASE, now)
+        assert claim is not None
+        refused = Executed(needs_approval(REF))
+        store.record(claim, refused, traits=WRITE, policy=POLICY, now=now, rng=rng())
+        now += MINUTE
+    step = store.get(REF)
+    assert (step.state, step.reason) == (S.ESCALATED, "LOOP_GUARD")
+    assert step.fingerprint_repeats == POLICY.loop_guard

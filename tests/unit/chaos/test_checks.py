@@ -172,6 +172,37 @@ def test_facts_are_read_from_the_store_s_records() -> None:
     ]
 
 
+def test_a_persons_decision_counts_the_policy_limit_from_then() -> None:
+    """Approved after 1 execution, the step may hold 1 + the policy's limit (issue 29);
+    one more than that is still a violation."""
+
+    def event(kind: str, to: StepState | None = None, claim: str | None = None) -> EventRecord:
+        detail = {"claim": claim} if claim else {}
+        return EventRecord(1, REF, T0, kind, None, to, kind, detail)
+
+    step = StepRecord(
+        id=1, operation_ref=REF, tool="create_invoice", input={}, input_hash="sha256:0",
+        state=S.SUCCEEDED, commit_state="committed", attempts=3, max_attempts=1 + 3,
+        verification_attempts=0, lookups_unavailable=0, due_at=None, lease_owner=None,
+        lease_expires_at=None, last_sent_at=T0, last_envelope=SUCCESS, fingerprint=None,
+        fingerprint_repeats=0, flagged_fields=(), approval_input_hash="sha256:0",
+        reason=None, published_at=None, version=9, created_at=T0, updated_at=T0,
+    )  # fmt: skip
+    events = [event("submitted"), event("claimed", claim="execute"),
+              event("executed", S.AWAITING_APPROVAL), event("approved", S.PENDING),
+              event("claimed", claim="execute"), event("executed", S.WAITING_RETRY),
+              event("claimed", claim="execute"), event("executed", S.SUCCEEDED)]  # fmt: skip
+    facts = StepFacts.of(step, events, policy_limit=3)
+    assert facts.granted_at == 1
+    assert check_steps([facts]) == []
+    assert [v.rule for v in check_steps([replace(facts, max_attempts=5)])] == [
+        "attempts_over_limit"
+    ]
+    # Without a person's decision in its history the same limit is over the policy's.
+    plain = StepFacts.of(step, [events[0], events[1], events[4], events[6]], 3)
+    assert [v.rule for v in check_steps([plain])] == ["attempts_over_limit"]
+
+
 def test_merged_adds_to_a_verdict_and_counts_by_rule() -> None:
     first = Violation("a", "stuck", "still pending")
     verdict = merged(Verdict((first,), {"stuck": 1}), [Violation("b", "stuck", "x"),

@@ -70,7 +70,9 @@ def test_correct_input_waits_for_the_flagged_fields() -> None:
     assert decision.action == "wait_input"
     assert decision.fields == ("amount", "recipient_email")
     assert decision.commit_state == "not_committed"
-    assert decision.max_attempts == 2  # 1 claimed + the envelope's 1 remaining
+    # The envelope's 1 allowed the corrected call; once corrected the step gets the
+    # tool's whole budget again, counted from its 1 claimed attempt.
+    assert decision.max_attempts == 1 + POLICY.retry.max_attempts
 
 
 def test_article_invalid_recipient_address_waits_for_recipient_email() -> None:

@@ -49,7 +49,7 @@ from toolsafe.recovery.outcomes import (
     TransitionRefused,
 )
 from toolsafe.recovery.policy import Policy, RetryPolicy, ToolTraits, VerificationPolicy
-from toolsafe.recovery.states import ALLOWED, TERMINAL, StepState
+from toolsafe.recovery.states import ALLOWED, TERMINAL, WAITING_ON_HUMAN, StepState
 
 S = StepState
 REF = "run_81/step_4"
@@ -108,6 +108,7 @@ LIKELY: dict[StepState, tuple[str, ...]] = {
     S.AWAITING_APPROVAL: ("approve",) * 3 + ("reject", "cancel"),
     S.ESCALATED: ("resolve",),
 }
+PERSON = WAITING_ON_HUMAN  # a person's decision there gives the tool's whole budget again
 WORKER_STATES: dict[type, frozenset[StepState]] = {
     Executed: frozenset({S.IN_FLIGHT}),
     LookedUp: frozenset({S.VERIFYING}),
@@ -132,7 +133,7 @@ class World:
     step: StepSnapshot
     policy: Policy
     now: datetime
-    budget: int  # the highest limit the policy (and operator re-drives) ever granted
+    budget: int  # the limit the policy (or a person's decision) last granted
     written: bool = False  # the downstream holds the operation (writes only)
     unsettled: bool = False  # an unknown outcome not yet settled by a lookup
     hashes: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -200,14 +201,25 @@ class World:
                 and envelope.category == "dependency"
                 and envelope.retry.directive == "never"
             )
-            if decision.max_attempts is not None and not read_override:
+            remaining = envelope.retry.max_attempts_remaining
+            if decision.state in PERSON:
+                # The envelope allowed the corrected or approved call; the person's
+                # decision will give the tool's whole budget again, and the step says so.
+                assert remaining >= 1 and before.attempts < before.max_attempts
+                assert decision.max_attempts == before.attempts + self.policy.retry.max_attempts
+            elif decision.max_attempts is not None and not read_override:
                 # attempts left = min(policy, envelope)
-                remaining = envelope.retry.max_attempts_remaining
                 assert decision.max_attempts <= before.attempts + remaining
             if envelope.commit_state == "unknown":
                 assert decision.state in (S.VERIFYING, S.ESCALATED)
             if decision.state is S.WAITING_RETRY and envelope.not_before is not None:
                 assert decision.due_at is not None and decision.due_at >= envelope.not_before
+        if isinstance(outcome, Approved | InputCorrected | Resolved) and decision.state in (
+            S.PENDING,
+            S.VERIFYING,
+        ):
+            # A person's decision: the tool's whole budget again, counted from now.
+            assert decision.max_attempts == before.attempts + self.policy.retry.max_attempts
         if self.writes and decision.commit_state == "not_committed":
             assert not self.written, "a write that happened was recorded as not committed"
         if (
@@ -238,8 +250,12 @@ class World:
                 changes[name] = value
         if decision.state is S.NEEDS_INPUT:
             changes["flagged_fields"] = decision.fields
-        if step.state is S.ESCALATED and decision.max_attempts is not None:
-            self.budget = decision.max_attempts  # an operator re-drive grants a new budget
+        if decision.max_attempts is not None and (
+            step.state in PERSON | {S.ESCALATED} or decision.state in PERSON
+        ):
+            # Only a person grants a new budget: an operator's re-drive, an approval or
+            # a corrected input (announced while the step waits for it).
+            self.budget = decision.max_attempts
         self.trail.append((step.state, decision.state))
         self.step = replace(step, **changes)
         if decision.commit_state == "unknown":
