@@ -13,10 +13,12 @@ import { jsonSchema, tool } from "ai";
 import type { JSONSchema7, JSONValue, ModelMessage, Tool, ToolApprovalStatus } from "ai";
 
 import type { ToolsafeClient } from "./client.js";
+import { StepNotFound } from "./errors.js";
 import {
   isErrorOutput,
   modelOutput,
   refusalOutput,
+  refused,
   type ModelOutput,
 } from "./mappings.js";
 import { aiSdkRef } from "./refs.js";
@@ -25,6 +27,29 @@ import type { CallView, ToolInfo, ToolInput } from "./types.js";
 /** Seconds a tool call waits for its step before it answers "in progress". */
 export const DEFAULT_WAIT = 30;
 const PLAIN_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** The argument a model sets to correct a step that asked for corrected input
+ * (`next_action: correct_input`): that envelope's operation_ref, with the corrected
+ * fields. The same as the Python integrations for OpenAI and Anthropic. */
+export const REF_ARGUMENT = "operation_ref";
+const REF_PROPERTY = {
+  type: "string",
+  description:
+    "Leave out, except to correct a call whose result asked for corrected input " +
+    "(next_action correct_input): then that result's operation_ref, with the corrected fields.",
+} as const;
+
+/** A tool's input schema that also takes `operation_ref` (optional). */
+export function withRefArgument(tool: string, schema: Record<string, unknown>): JSONSchema7 {
+  const extended = structuredClone(schema) as JSONSchema7;
+  const properties = { ...(extended.properties ?? {}) };
+  if (REF_ARGUMENT in properties) {
+    throw new TypeError(`tool ${tool} has an input field named ${REF_ARGUMENT}`);
+  }
+  properties[REF_ARGUMENT] = { ...REF_PROPERTY };
+  extended.properties = properties;
+  return extended;
+}
 
 export interface ToolsafeToolsOptions {
   /** The run or conversation id the application keeps across a replay: with the
@@ -120,7 +145,7 @@ export class ToolsafeTools {
       this.toolApproval[name] = approval;
       this.tools[name] = tool({
         description: info.description,
-        inputSchema: jsonSchema<ToolInput>(info.input_schema as JSONSchema7),
+        inputSchema: jsonSchema<ToolInput>(withRefArgument(info.name, info.input_schema)),
         // The tool-level form of the same function (deprecated in ai 7 in favour of
         // `toolApproval`, which takes precedence when given).
         needsApproval: async (input, { toolCallId }) => {
@@ -153,18 +178,51 @@ export class ToolsafeTools {
     return this.client.settle(operationRef, signal ? { timeout: this.wait, signal } : { timeout: this.wait });
   }
 
-  /** `execute`: submit (a replay finds the stored step), wait, tell the model. */
+  /**
+   * `execute`: submit (a replay finds the stored step), wait, tell the model. A call
+   * that names an `operation_ref` corrects that step instead (its input under the same
+   * ref; a replayed correction finds the step moved on and answers with it as it is).
+   */
   async call(
     tool: string,
-    input: ToolInput,
+    args: ToolInput,
     toolCallId: string,
     signal?: AbortSignal,
   ): Promise<ModelOutput> {
+    const { [REF_ARGUMENT]: correcting, ...input } = args;
+    if (correcting !== undefined && (typeof correcting !== "string" || correcting === "")) {
+      return {
+        ...refused("INVALID_INPUT", `nothing was sent; correct ${REF_ARGUMENT}`),
+        fields: [REF_ARGUMENT],
+      };
+    }
+    const ref = correcting ?? this.refFor(toolCallId);
     try {
+      if (correcting !== undefined) {
+        return modelOutput(await this.#correct(tool, correcting, input, signal));
+      }
       return modelOutput(await this.#submitAndSettle(tool, input, toolCallId, signal));
     } catch (error) {
-      return refusalOutput(error, this.refFor(toolCallId));
+      return refusalOutput(error, ref);
     }
+  }
+
+  async #correct(
+    tool: string,
+    ref: string,
+    input: ToolInput,
+    signal?: AbortSignal,
+  ): Promise<CallView> {
+    const options = signal ? { signal } : {};
+    let view = await this.client.view(ref, options);
+    if (view.tool !== tool) {
+      throw new StepNotFound(404, { code: "STEP_NOT_FOUND", operation_ref: ref });
+    }
+    if (view.state === "needs_input") {
+      view = await this.client.provideInput(ref, input, options);
+    }
+    if (view.needs_agent) return view;
+    return this.client.settle(ref, { ...options, timeout: this.wait });
   }
 
   /**
@@ -177,6 +235,9 @@ export class ToolsafeTools {
     input: ToolInput,
     toolCallId: string,
   ): Promise<ToolApprovalStatus> {
+    if (REF_ARGUMENT in input) {
+      return "not-applicable"; // a correction: `execute` answers with the step
+    }
     let view: CallView;
     try {
       view = await this.#submitAndSettle(tool, input, toolCallId);

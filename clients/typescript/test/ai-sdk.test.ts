@@ -9,7 +9,7 @@ import { aiSdkRef, type Envelope } from "@toolsafe/client";
 import { toolsafeTools, type Submitted } from "@toolsafe/client/ai-sdk";
 
 import { approveAndResume, runAgent } from "../examples/vercel-ai.js";
-import { agent, harness, operator, scriptedModel } from "./support.js";
+import { agent, harness, operator, scriptedModel, steppedModel } from "./support.js";
 
 function envelopeOf(seen: ReturnType<typeof scriptedModel>["seen"]): Envelope {
   assert.equal(seen.length, 1, JSON.stringify(seen));
@@ -109,4 +109,43 @@ test("denial: the SDK's denial rejects the step, and nothing is written", async 
   const step = await agent(h).view(aiSdkRef("call_deny", runId));
   assert.equal(step.state, "failed");
   assert.ok(step.envelope && step.envelope.ok === false);
+});
+
+test("needs input: the model corrects the call under the same ref", async (t) => {
+  const h = harness(t);
+  if (!h) return;
+  const runId = `${h.run}-input`;
+  const email = { recipient_email: "ana@mail.invalid", subject: "Your invoice" };
+  const { model, seen } = steppedModel([
+    () => ({ toolCallId: "call_em1", toolName: "send_email", input: email }),
+    (results) => {
+      const flagged = results[0]?.output.value as { operation_ref: string };
+      const fixed = { ...email, recipient_email: "ana@mail.example.org" };
+      return {
+        toolCallId: "call_em2",
+        toolName: "send_email",
+        input: { ...fixed, operation_ref: flagged.operation_ref },
+      };
+    },
+    () => ({ text: "Sent." }),
+  ]);
+  const toolsafe = await toolsafeTools(agent(h), { runId });
+  const result = await generateText({
+    model,
+    tools: toolsafe.tools,
+    toolApproval: toolsafe.toolApproval,
+    stopWhen: stepCountIs(5),
+    prompt: "Mail ana",
+  });
+  assert.equal(result.text, "Sent.");
+  const ref = `${h.namespace}/${aiSdkRef("call_em1", runId)}`;
+  const flagged = seen[1]?.[0];
+  assert.equal(flagged?.output.type, "error-json"); // ok: false is an error for the model
+  const envelope = flagged?.output.value as unknown as Envelope;
+  assert.ok(envelope.ok === false && envelope.next_action === "correct_input");
+  assert.equal(envelope.operation_ref, ref);
+  const corrected = seen[2]?.find((r) => r.toolCallId === "call_em2");
+  assert.equal(corrected?.output.type, "json");
+  const answer = corrected?.output.value as unknown as Envelope;
+  assert.ok(answer.ok === true && answer.operation_ref === ref, JSON.stringify(answer));
 });

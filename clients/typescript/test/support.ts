@@ -92,3 +92,41 @@ export function scriptedModel(toolCallId: string, toolName = "create_invoice", i
   });
   return { model, seen };
 }
+
+export type Step =
+  | { toolCallId: string; toolName: string; input: Record<string, unknown> }
+  | { text: string };
+
+/** A model that takes `steps` in turn, each given the tool results sent back so far
+ * (the last step repeats); `seen` is what it received at each turn. */
+export function steppedModel(steps: ((results: ToolResultSeen[]) => Step)[]) {
+  const seen: ToolResultSeen[][] = [];
+  const model = new MockLanguageModelV4({
+    doGenerate: async (options) => {
+      const results: ToolResultSeen[] = [];
+      for (const message of options.prompt) {
+        if (message.role !== "tool") continue;
+        for (const part of message.content) {
+          if (part.type === "tool-result") results.push(part as unknown as ToolResultSeen);
+        }
+      }
+      seen.push(results);
+      const step = (steps[seen.length - 1] ?? steps.at(-1))!(results);
+      if ("text" in step) {
+        return {
+          content: [{ type: "text", text: step.text }],
+          finishReason: { unified: "stop", raw: "stop" },
+          usage: USAGE,
+          warnings: [],
+        };
+      }
+      return {
+        content: [{ type: "tool-call", ...step, input: JSON.stringify(step.input) }],
+        finishReason: { unified: "tool-calls", raw: "tool_calls" },
+        usage: USAGE,
+        warnings: [],
+      };
+    },
+  });
+  return { model, seen };
+}

@@ -3,7 +3,8 @@ AI SDK tools against a real ``toolsafe serve`` on PostgreSQL and Redis with real
 and the example downstream: npm installs the pinned packages here, the committed
 OpenAPI types must equal those generated from the schema this gateway serves, ``tsc``
 type-checks and builds the package, and ``node --test`` runs its tests (the AI SDK's
-mock model driving tool calls, a crash and replay, an approval and a denial). The
+mock model driving tool calls, a crash and replay, an approval, a denial and a
+corrected input). The
 downstream's effects are counted here: one per call, none for the denial."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 PACKAGE = ROOT / "clients" / "typescript"
 NAMESPACE = "ts-team"
 NODE_TESTS = ("refs", "gateway", "ai-sdk")
-PASSED = 10  # the tests in clients/typescript/test/*.test.ts
+PASSED = 11  # the tests in clients/typescript/test/*.test.ts
 # Scopes and calls the two implementations of the ref rule must agree on.
 REF_CASES = (
     ("run_81", "call_abc123", None),
@@ -125,21 +126,22 @@ def test_the_typescript_client_and_its_ai_sdk_tools(setup: Setup, tmp_path: Path
         out[-4000:]
     )
 
-    effects = {
-        scope: setup.cluster.effects(ai_sdk_ref(call, f"{run}-{scope}", NAMESPACE))
-        for call, scope in (
-            ("call_1", "client"),
-            ("call_sse", "sse"),
-            ("call_bad", "problems"),
-            ("call_bill", "bill"),
-            ("call_crash", "crash"),
-            ("call_appr", "appr"),
-            ("call_deny", "deny"),
-        )
+    expected = {
+        ("call_1", "client"): 1,
+        ("call_sse", "sse"): 1,
+        ("call_bad", "problems"): 1,  # the invalid input wrote nothing; the valid one once
+        ("call_bill", "bill"): 1,
+        ("call_crash", "crash"): 1,  # the crashed agent and its replays: one write
+        ("call_appr", "appr"): 1,
+        ("call_deny", "deny"): 0,
+        ("call_em1", "input"): 1,  # the corrected input, under the first call's ref
+        ("call_em2", "input"): 0,
     }
-    assert effects == {
-        "client": 1, "sse": 1, "problems": 1, "bill": 1, "crash": 1, "appr": 1, "deny": 0,
-    }, setup.cluster.logs()  # fmt: skip
+    effects = {
+        key: setup.cluster.effects(ai_sdk_ref(key[0], f"{run}-{key[1]}", NAMESPACE))
+        for key in expected
+    }
+    assert effects == expected, setup.cluster.logs()
     violations = setup.cluster.violations(
         ai_sdk_ref(call, f"{run}-{scope}", NAMESPACE)
         for call, scope in (("call_crash", "crash"), ("call_appr", "appr"))
