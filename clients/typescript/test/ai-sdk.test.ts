@@ -149,3 +149,25 @@ test("needs input: the model corrects the call under the same ref", async (t) =>
   const answer = corrected?.output.value as unknown as Envelope;
   assert.ok(answer.ok === true && answer.operation_ref === ref, JSON.stringify(answer));
 });
+
+test("in progress: a step toolsafe still works on is no error, and no retry of the SDK's", async (t) => {
+  const h = harness(t);
+  if (!h) return;
+  const runId = `${h.run}-slow`; // the harness rate-limits its first attempt
+  const toolsafe = await toolsafeTools(agent(h), { runId, wait: 0.2 });
+  const first = scriptedModel("call_slow");
+  await generateText({ model: first.model, tools: toolsafe.tools, stopWhen: stepCountIs(3), prompt: "x" });
+  assert.equal(first.seen[0]?.output.type, "json");
+  const answer = first.seen[0]?.output.value as Record<string, unknown>;
+  assert.equal(answer.in_progress, true, JSON.stringify(answer));
+  assert.deepEqual(Object.keys(answer), h.inProgressFields); // toolsafe.agents.InProgress
+  assert.ok(["pending", "in_flight", "waiting_retry"].includes(String(answer.state)));
+  assert.equal(answer.operation_ref, `${h.namespace}/${aiSdkRef("call_slow", runId)}`);
+
+  // toolsafe retries by itself; the same call asked again later gets the envelope.
+  const done = await agent(h).wait(aiSdkRef("call_slow", runId), { timeout: 60 });
+  assert.equal(done.state, "succeeded");
+  const later = scriptedModel("call_slow");
+  await generateText({ model: later.model, tools: toolsafe.tools, stopWhen: stepCountIs(3), prompt: "x" });
+  assert.deepEqual(envelopeOf(later.seen), done.envelope);
+});

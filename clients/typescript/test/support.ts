@@ -17,6 +17,7 @@ export interface Harness {
   namespace: string;
   run: string;
   refCases: [string, string, string | null, string][];
+  inProgressFields: string[];
 }
 
 /** The gateway of tests/processes/gateway/test_typescript_client.py, or `undefined`
@@ -34,6 +35,7 @@ export function harness(t: TestContext): Harness | undefined {
     namespace: env.TOOLSAFE_NAMESPACE ?? "",
     run: env.TOOLSAFE_RUN ?? "ts-run",
     refCases: JSON.parse(env.TOOLSAFE_REF_CASES ?? "[]"),
+    inProgressFields: JSON.parse(env.TOOLSAFE_IN_PROGRESS_FIELDS ?? "[]"),
   };
 }
 

@@ -3,9 +3,9 @@ AI SDK tools against a real ``toolsafe serve`` on PostgreSQL and Redis with real
 and the example downstream: npm installs the pinned packages here, the committed
 OpenAPI types must equal those generated from the schema this gateway serves, ``tsc``
 type-checks and builds the package, and ``node --test`` runs its tests (the AI SDK's
-mock model driving tool calls, a crash and replay, an approval, a denial and a
-corrected input). The
-downstream's effects are counted here: one per call, none for the denial."""
+mock model driving tool calls, a crash and replay, an approval, a denial, a corrected
+input, a step still in progress). The downstream's effects are counted here: one per
+call, none for the denial."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.gateway.harness import ROOT, GatewayServer, gateway_for, make_key
 from tests.support.pipeline.harness import Cluster, cluster_for
+from toolsafe.agents.progress import InProgress
 from toolsafe.agents.refs import ai_sdk_ref
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 PACKAGE = ROOT / "clients" / "typescript"
 NAMESPACE = "ts-team"
 NODE_TESTS = ("refs", "gateway", "ai-sdk")
-PASSED = 11  # the tests in clients/typescript/test/*.test.ts
+PASSED = 12  # the tests in clients/typescript/test/*.test.ts
 # Scopes and calls the two implementations of the ref rule must agree on.
 REF_CASES = (
     ("run_81", "call_abc123", None),
@@ -105,6 +106,8 @@ def test_the_typescript_client_and_its_ai_sdk_tools(setup: Setup, tmp_path: Path
     for call, scope in (("call_appr", f"{run}-appr"), ("call_deny", f"{run}-deny")):
         ref = ai_sdk_ref(call, scope, NAMESPACE)
         setup.cluster.fault(fault="require_approval", operation_ref=ref, times=None)
+    slow = ai_sdk_ref("call_slow", f"{run}-slow", NAMESPACE)
+    setup.cluster.fault(fault="rate_limit", operation_ref=slow, times=1)
     cases = [[s, c, n, ai_sdk_ref(c, s, n)] for s, c, n in REF_CASES]
     env = {
         **os.environ,
@@ -114,6 +117,7 @@ def test_the_typescript_client_and_its_ai_sdk_tools(setup: Setup, tmp_path: Path
         "TOOLSAFE_NAMESPACE": NAMESPACE,
         "TOOLSAFE_RUN": run,
         "TOOLSAFE_REF_CASES": json.dumps(cases),
+        "TOOLSAFE_IN_PROGRESS_FIELDS": json.dumps(list(InProgress.model_fields)),
     }
     files = [f"dist/test/{name}.test.js" for name in NODE_TESTS]
     out = _run([node, "--test", *files], timeout=180, env=env)
@@ -136,6 +140,7 @@ def test_the_typescript_client_and_its_ai_sdk_tools(setup: Setup, tmp_path: Path
         ("call_deny", "deny"): 0,
         ("call_em1", "input"): 1,  # the corrected input, under the first call's ref
         ("call_em2", "input"): 0,
+        ("call_slow", "slow"): 1,  # rate-limited first, retried by toolsafe alone
     }
     effects = {
         key: setup.cluster.effects(ai_sdk_ref(key[0], f"{run}-{key[1]}", NAMESPACE))
