@@ -14,6 +14,7 @@ from toolsafe.agents.definitions import (
 )
 from toolsafe.agents.progress import InProgress, in_progress
 from toolsafe.agents.refs import (
+    ai_sdk_ref,
     anthropic_ref,
     langgraph_ref,
     mcp_ref,
@@ -24,6 +25,7 @@ from toolsafe.agents.refs import (
 
 __all__ = [
     "InProgress",
+    "ai_sdk_ref",
     "anthropic_ref",
     "anthropic_tools",
     "in_progress",

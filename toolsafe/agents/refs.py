@@ -24,8 +24,15 @@ from typing import Final, Literal
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 
-Stack = Literal["openai", "anthropic", "pydantic_ai", "langgraph", "mcp"]
-STACKS: Final[tuple[Stack, ...]] = ("openai", "anthropic", "pydantic_ai", "langgraph", "mcp")
+Stack = Literal["openai", "anthropic", "pydantic_ai", "langgraph", "mcp", "ai_sdk"]
+STACKS: Final[tuple[Stack, ...]] = (
+    "openai",
+    "anthropic",
+    "pydantic_ai",
+    "langgraph",
+    "mcp",
+    "ai_sdk",
+)
 MAX_PART: Final = 40
 _KEPT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_\-]+")
@@ -96,6 +103,14 @@ def langgraph_ref(tool_call_id: str, thread_id: str, namespace: str | None = Non
     """LangGraph: the ``ToolCall``'s ``id``, scoped by the checkpointer's ``thread_id``
     (a graph resumed from its checkpoint replays the same message, so the same id)."""
     return operation_ref_for("langgraph", thread_id, tool_call_id, namespace)
+
+
+def ai_sdk_ref(tool_call_id: str, run_id: str, namespace: str | None = None) -> str:
+    """The Vercel AI SDK (TypeScript): the ``toolCallId`` its ``execute`` and approval
+    functions are given, scoped by the run or conversation id the application keeps
+    across a replay. ``@toolsafe/client``'s ``aiSdkRef`` (clients/typescript) is the
+    same rule; the two are checked against each other."""
+    return operation_ref_for("ai_sdk", run_id, tool_call_id, namespace)
 
 
 def mcp_ref(

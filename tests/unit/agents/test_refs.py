@@ -12,6 +12,7 @@ from toolsafe.agents.refs import (
     MCP_META_CALL,
     MCP_META_REF,
     MCP_META_SESSION,
+    ai_sdk_ref,
     anthropic_ref,
     langgraph_ref,
     mcp_ref,
@@ -27,6 +28,7 @@ def test_each_stack_joins_its_scope_and_call_id() -> None:
     assert anthropic_ref("toolu_01A", "conv-9", "acme") == "acme/anthropic:conv-9:toolu_01A"
     assert pydantic_ai_ref("pyd_ai_x", "run-1") == "pydantic_ai:run-1:pyd_ai_x"
     assert langgraph_ref("call_1", "thread-7") == "langgraph:thread-7:call_1"
+    assert ai_sdk_ref("call_7", "conv_9", "acme") == "acme/ai_sdk:conv_9:call_7"
 
 
 def test_the_same_ids_give_the_same_ref_and_other_ids_another() -> None:
