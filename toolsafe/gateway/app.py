@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolsafe import tracing
 from toolsafe.gateway import metrics as gateway_metrics
 from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
@@ -170,5 +171,10 @@ def create_gateway(
     app.add_middleware(
         Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
     )
-    gateway_metrics.install(app)  # outermost: refusals by Limits are counted too
+    gateway_metrics.install(app)  # outside Limits: refusals by Limits are counted too
+    if tracing.tracer() is not None:
+        # Outermost: one server span per request, child of its ``traceparent``.
+        from toolsafe.gateway.tracing import TracedRequests
+
+        app.add_middleware(TracedRequests)
     return app
