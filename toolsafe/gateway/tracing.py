@@ -55,6 +55,14 @@ class TracedRequests:
 
 
 def _route(scope: Scope) -> str | None:
+    """The matched route's template (``/v1/calls/{namespace}/{ref}``): an included
+    router's route may hold only its own part, the prefix (literal) comes from the path."""
     route: Any = scope.get("route")
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) else None
+    template = getattr(route, "path", None)
+    path = scope.get("path")
+    if not isinstance(template, str) or not isinstance(path, str):
+        return None
+    extra = path.count("/") - template.count("/")
+    if extra > 0 and template.startswith("/"):
+        template = "/".join(path.split("/")[: extra + 1]) + template
+    return template
