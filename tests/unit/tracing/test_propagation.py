@@ -5,17 +5,21 @@ input, no upstream text in any attribute), with the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
+from mcp_types import CallToolRequestParams
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
+from tests.support import fixtures
 from tests.support.tasks.memory_support import (
     INPUT,
     TOOL,
@@ -26,9 +30,14 @@ from tests.support.tasks.memory_support import (
     success,
     unknown,
 )
+from tests.unit.mcp.test_units import view
 from toolsafe import tracing
 from toolsafe.adapters import outgoing
+from toolsafe.adapters.envelope import to_wire
+from toolsafe.mcp.server import ToolsafeMCP
+from toolsafe.recovery.states import StepState
 from toolsafe.tasks import pipeline
+from toolsafe.tasks.client import Submission
 from toolsafe.tracing import setup
 
 REF = "run_81/step_4"
@@ -280,3 +289,35 @@ def test_an_error_envelope_sets_error_type_to_its_code_and_nothing_upstream(
     assert "sk_live" not in values and "Ignore previous" not in values
     for value in INPUT.values():  # never the tool's input
         assert str(value) not in attribute_values(spans)
+
+
+# ------------------------------------------------------------------ MCP _meta
+
+
+def test_an_mcp_tools_call_continues_the_trace_of_its_meta(spans: InMemorySpanExporter) -> None:
+    seen: list[dict[str, str]] = []
+    done = view(StepState.SUCCEEDED, to_wire(fixtures.invoice_created()))
+
+    class Calls:
+        async def submit_call(self, *args: Any, **kwargs: Any) -> Submission:
+            seen.append(tracing.headers())  # the context the submit runs in
+            return Submission(done, True)
+
+    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    params = CallToolRequestParams.model_validate(
+        {
+            "name": "create_invoice",
+            "arguments": {"customer_id": "cus_secret_in_meta_test"},
+            "_meta": {"traceparent": f"00-{trace_id}-{caller}-01"},
+        }
+    )
+    server = ToolsafeMCP(Calls(), wait=0)  # type: ignore[arg-type]
+    context = SimpleNamespace(request_id=7, request=None, meta=None, protocol_version="2025-06-18")
+    asyncio.run(server.call_tool(context, params))  # type: ignore[arg-type]
+    call = by_name(spans)["tools/call create_invoice"]
+    assert call.kind is SpanKind.SERVER and call.parent is not None
+    assert (f"{call.context.trace_id:032x}", f"{call.parent.span_id:016x}") == (trace_id, caller)
+    assert call.attributes is not None and call.attributes["gen_ai.tool.name"] == "create_invoice"
+    [carried] = seen
+    assert carried["traceparent"].split("-")[1:3] == [trace_id, f"{call.context.span_id:016x}"]
+    assert "cus_secret_in_meta_test" not in " ".join(attribute_values(spans))
