@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolsafe import tracing
+from toolsafe.gateway.metrics import UNMATCHED, template
 
 _WANTED = tuple(name.encode("latin-1") for name in tracing.TRACE_HEADERS)
 
@@ -48,21 +47,7 @@ class TracedRequests:
             try:
                 await self.app(scope, receive, sending)
             finally:
-                template = _route(scope)
-                if template is not None:
-                    traced.set("http.route", template)
-                    traced.rename(f"{method} {template}")
-
-
-def _route(scope: Scope) -> str | None:
-    """The matched route's template (``/v1/calls/{namespace}/{ref}``): an included
-    router's route may hold only its own part, the prefix (literal) comes from the path."""
-    route: Any = scope.get("route")
-    template = getattr(route, "path", None)
-    path = scope.get("path")
-    if not isinstance(template, str) or not isinstance(path, str):
-        return None
-    extra = path.count("/") - template.count("/")
-    if extra > 0 and template.startswith("/"):
-        template = "/".join(path.split("/")[: extra + 1]) + template
-    return template
+                route = template(scope)
+                if route != UNMATCHED:
+                    traced.set("http.route", route)
+                    traced.rename(f"{method} {route}")
