@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import JsonValue
 
-from toolsafe.adapters import codes, lookup_codes, tool_errors
+from toolsafe.adapters import codes, lookup_codes, outgoing, tool_errors
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_responses import (
     Observed,
@@ -213,7 +213,11 @@ class HttpAdapter(Adapter[InputT]):
     def exchange(self, request: httpx.Request) -> Observed:
         """Send ``request`` and read at most ``max_body_bytes`` of the answer (use it in
         an override of :meth:`lookup` or :meth:`execute`); transport errors propagate."""
-        return observe(self.client.send(request, stream=True), self.settings.max_body_bytes)
+        sent = outgoing.send(request, self._send)
+        return observe(sent, self.settings.max_body_bytes)
+
+    def _send(self, request: httpx.Request) -> httpx.Response:
+        return self.client.send(request, stream=True)
 
     # --- execute -------------------------------------------------------------------
     def execute(

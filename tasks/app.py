@@ -11,7 +11,7 @@ import logging
 import random
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ from celery.signals import (
 )
 from kombu.exceptions import ChannelError
 
+from toolsafe import tracing
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.adapters.redaction import install_log_guard
 from toolsafe.celeryconfig import (
@@ -98,7 +99,14 @@ class Publisher:
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
         if publish:
-            self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool))
+            # The publisher's trace context rides in the message's headers (docs/tracing.md).
+            carried = tracing.headers()
+            if carried:
+                self.app.send_task(
+                    task, args=(operation_ref,), eta=eta, headers=carried, **monitored(tool)
+                )
+            else:
+                self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool))
         return publish
 
     def execute(
@@ -111,20 +119,34 @@ class Publisher:
     ) -> bool:
         return self._send(VERIFY_TASK, operation_ref, due_at, now, tool)
 
-    def execute_many(self, steps: Sequence[tuple[str, str]]) -> None:
+    def execute_many(
+        self,
+        steps: Sequence[tuple[str, str]],
+        carried: Sequence[Mapping[str, str]] | None = None,
+    ) -> None:
         """The hints of many steps due now (a batch submission, each step as its
         operation_ref and tool): one producer, and on
         Redis one pipeline per ``_PUBLISH_BATCH`` commands (kombu's ``Producer.batch``)
         instead of a round trip per message. ``BatchPublishError`` when the broker
-        failed under a batch: which of its hints went out is unknown (R7 covers both)."""
+        failed under a batch: which of its hints went out is unknown (R7 covers both).
+        ``carried``: each step's trace context (its submitter's), else the current one."""
+        current = tracing.headers() if carried is None else {}
         with self.app.producer_or_acquire() as producer, producer.batch(_PUBLISH_BATCH):
-            for operation_ref, tool in steps:
+            for index, (operation_ref, tool) in enumerate(steps):
+                headers = carried[index] if carried is not None else current
+                extra: dict[str, Any] = {"headers": dict(headers)} if headers else {}
                 self.app.send_task(
-                    EXECUTE_TASK, args=(operation_ref,), producer=producer, **monitored(tool)
+                    EXECUTE_TASK,
+                    args=(operation_ref,),
+                    producer=producer,
+                    **monitored(tool),
+                    **extra,
                 )
 
     def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
-        self.app.send_task(ESCALATE_TASK, args=(operation_ref,), **monitored(tool))
+        carried = tracing.headers()
+        extra: dict[str, Any] = {"headers": carried} if carried else {}
+        self.app.send_task(ESCALATE_TASK, args=(operation_ref,), **monitored(tool), **extra)
 
     def backlog(self) -> int | None:
         """Hints waiting in the execute and verify queues; None when the broker can't say."""
@@ -197,18 +219,21 @@ def _register_tasks(app: ToolsafeApp) -> None:
     @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]
     def execute(operation_ref: str) -> dict[str, str]:
         report = pipeline.StepReport(operation_ref)
-        pipeline.execute(runtime, publisher, operation_ref, report)
+        with tracing.consumed(execute.request, EXECUTE_TASK, operation_ref):
+            pipeline.execute(runtime, publisher, operation_ref, report)
         return report.result()
 
     @app.task(**options(VERIFY_TASK))  # type: ignore[untyped-decorator]
     def verify(operation_ref: str) -> dict[str, str]:
         report = pipeline.StepReport(operation_ref)
-        pipeline.verify(runtime, publisher, operation_ref, report)
+        with tracing.consumed(verify.request, VERIFY_TASK, operation_ref):
+            pipeline.verify(runtime, publisher, operation_ref, report)
         return report.result()
 
     @app.task(**options(ESCALATE_TASK))  # type: ignore[untyped-decorator]
     def escalate(operation_ref: str) -> str:
-        return pipeline.escalate(runtime, app.escalation_handlers(), operation_ref)
+        with tracing.consumed(escalate.request, ESCALATE_TASK, operation_ref):
+            return pipeline.escalate(runtime, app.escalation_handlers(), operation_ref)
 
     # Sweeps run every few seconds: they send no task events, so they never drown the
     # tool calls in Flower's task list (beat sends no task-sent event either, see

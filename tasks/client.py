@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from kombu.exceptions import BatchPublishError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from toolsafe import tracing
 from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.adapters.errors import (
     INPUT_NOT_AN_OBJECT,
@@ -112,6 +113,8 @@ class Client:
         self.hints: Hints = hints
         window = runtime.settings.submit_window
         self._group = SubmitGroup(window, self._commit_group) if window > 0 else None
+        # The trace context of each call waiting in the group (by id of its NewStep).
+        self._carried: dict[int, dict[str, str]] = {}
 
     @property
     def app(self) -> ToolsafeApp:
@@ -161,7 +164,27 @@ class Client:
 
         Once the step is committed the call is acknowledged: a broker that refuses the
         hint is logged, and the sweeper publishes it after ``republish_after`` (R2, R7).
+
+        With tracing on, a ``toolsafe.submit`` span, whose context the hint carries.
         """
+        if tracing.tracer() is None:
+            return self._submit_call(tool, input, operation_ref, actor)
+        attributes = {"gen_ai.tool.name": tracing.tool_name(tool), "gen_ai.tool.call.id": None}
+        with tracing.span("toolsafe.submit", attributes, kind="producer") as traced:
+            submission = self._submit_call(tool, input, operation_ref, actor)
+            view = submission.view
+            traced.set_many(
+                {
+                    "gen_ai.tool.call.id": view.operation_ref,
+                    "toolsafe.step.state": str(view.state),
+                    "toolsafe.created": submission.created,
+                }
+            )
+            return submission
+
+    def _submit_call(
+        self, tool: str, input: Mapping[str, Any], operation_ref: str | None, actor: str | None
+    ) -> Submission:
         call = self._new_step(tool, input, operation_ref)
         group = self._group
         if group is None:
@@ -171,7 +194,14 @@ class Client:
                 return self._submit_alone(call, actor)
             # Committed (and its hint published) with the others, or None: that shared
             # transaction failed, nothing of it committed, and this call goes alone.
-            shared = group.submit(call, actor)
+            # The leader publishes every hint: each carries its own submitter's trace.
+            carried = tracing.headers()
+            if carried:
+                self._carried[id(call)] = carried
+            try:
+                shared = group.submit(call, actor)
+            finally:
+                self._carried.pop(id(call), None)
         if shared is None:
             return self._submit_alone(call, actor)
         if shared.event is not None:
@@ -186,8 +216,12 @@ class Client:
         submitted = runtime.store.submit_many(calls, now=now, published_at=now, actor=actor)
         for one in submitted:
             runtime.faults.hit("after_submit_commit", one.step.operation_ref)
+        created = [(call, one) for call, one in zip(calls, submitted, strict=True) if one.created]
+        carried = (
+            [self._carried.get(id(call), {}) for call, _ in created] if self._carried else None
+        )
         self._publish_many(
-            [(one.step.operation_ref, one.step.tool) for one in submitted if one.created], now
+            [(one.step.operation_ref, one.step.tool) for _, one in created], now, carried
         )
         return submitted
 
@@ -289,10 +323,16 @@ class Client:
             self.runtime.store.mark_published(step.operation_ref, utcnow())
         return Submission(self.view(step.operation_ref), False)
 
-    def _publish_many(self, steps: Sequence[tuple[str, str]], now: datetime) -> None:
+    def _publish_many(
+        self,
+        steps: Sequence[tuple[str, str]],
+        now: datetime,
+        carried: Sequence[Mapping[str, str]] | None = None,
+    ) -> None:
         """The hints of steps just committed (operation_ref, tool); one producer for all
         through the Celery publisher. A broker that refuses leaves the rest to the sweeper
-        (R7)."""
+        (R7). ``carried``: each step's trace context, when its submitter is not this
+        thread (a group commit's)."""
         if not steps:
             return
         if not isinstance(self.hints, Publisher):
@@ -300,7 +340,7 @@ class Client:
                 self._publish_after_commit(ref, now, tool)
             return
         try:
-            self.hints.execute_many(steps)
+            self.hints.execute_many(steps, carried)
         except (KombuOperationalError, BatchPublishError, OSError) as error:
             log.warning(
                 "steps committed, hints not all published (the sweeper will): %s",

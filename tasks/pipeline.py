@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol
 
+from toolsafe import tracing
 from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
@@ -183,7 +184,9 @@ def _claim(
     claim_for = store.claim_execution if kind == "execute" else store.claim_verification
     lease = timedelta(seconds=runtime.settings.lease)
     claimed_at = time.monotonic()
-    claim = claim_for(operation_ref, runtime.owner, lease, utcnow())
+    with tracing.span("toolsafe.claim", {"toolsafe.claim.kind": kind}) as traced:
+        claim = claim_for(operation_ref, runtime.owner, lease, utcnow())
+        traced.set("toolsafe.claim.result", "noop" if claim is None else "claimed")
     if claim is None:
         if _owner_gone(runtime, hints, operation_ref):
             report.note = "its worker was lost: the step goes to verification"
@@ -203,7 +206,27 @@ def execute(
     claimed = _claim(runtime, hints, report, operation_ref, "execute")
     if isinstance(claimed, str):
         return claimed
-    claim, hold = claimed
+    if tracing.tracer() is None:
+        return _execute_claimed(runtime, hints, operation_ref, report, *claimed, tracing.OFF)
+    step = claimed[0].step
+    # The GenAI conventions' tool-call span (docs/tracing.md): redacted values only.
+    attributes = {**tracing.tool_call(step.tool, operation_ref), "toolsafe.attempt": step.attempts}
+    name = f"execute_tool {tracing.tool_name(step.tool)}"
+    with tracing.span(name, attributes) as traced:
+        action = _execute_claimed(runtime, hints, operation_ref, report, *claimed, traced)
+        traced.set_many({"toolsafe.step.state": report.state, "toolsafe.outcome": action})
+        return action
+
+
+def _execute_claimed(
+    runtime: Runtime,
+    hints: Hints,
+    operation_ref: str,
+    report: StepReport,
+    claim: Claim,
+    hold: Hold,
+    traced: tracing.Off,
+) -> str:
     try:
         runtime.faults.hit("after_claim", operation_ref)
         step = claim.step
@@ -234,12 +257,20 @@ def execute(
                 _event("lease_lost", operation_ref, before="call")
                 report.note = LEASE_LOST
                 return "lease_lost"
-            with runtime.faults.during("during_call", operation_ref):
+            with (
+                runtime.faults.during("during_call", operation_ref),
+                tracing.span(
+                    "toolsafe.adapter.call", {"gen_ai.tool.name": tracing.tool_name(step.tool)}
+                ),
+            ):
                 envelope, redactions = call_adapter_recorded(
                     runtime.adapter(step.tool), opened, operation_ref, context
                 )
         else:
             envelope = unknown_tool(operation_ref, step.tool)
+        traced.set_many(tracing.envelope_attributes(envelope))
+        if isinstance(envelope, ToolError):
+            traced.failed(envelope.code)
     finally:
         held = heartbeat_for(runtime).release(hold)
     if held is None:
@@ -267,16 +298,41 @@ def verify(
     if isinstance(claimed, str):
         return claimed
     claim, hold = claimed
+    if tracing.tracer() is None:
+        return _verify_claimed(runtime, hints, operation_ref, report, claim, hold, tracing.OFF)
+    step = claim.step
+    attributes = {**tracing.tool_call(step.tool, operation_ref), "toolsafe.attempt": step.attempts}
+    with tracing.span(f"toolsafe.verify {tracing.tool_name(step.tool)}", attributes) as traced:
+        action = _verify_claimed(runtime, hints, operation_ref, report, claim, hold, traced)
+        traced.set_many({"toolsafe.step.state": report.state, "toolsafe.outcome": action})
+        return action
+
+
+def _verify_claimed(
+    runtime: Runtime,
+    hints: Hints,
+    operation_ref: str,
+    report: StepReport,
+    claim: Claim,
+    hold: Hold,
+    traced: tracing.Off,
+) -> str:
     try:
         runtime.faults.hit("after_claim", operation_ref)
         step = claim.step
         found: LookupResult
         redactions: Redactions = ()
         if step.tool in runtime.registry:
-            with runtime.faults.during("during_call", operation_ref):
+            with (
+                runtime.faults.during("during_call", operation_ref),
+                tracing.span(
+                    "toolsafe.adapter.lookup", {"gen_ai.tool.name": tracing.tool_name(step.tool)}
+                ),
+            ):
                 found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
         else:
             found = LookupUnavailable(checked_at=utcnow(), code=lookup_codes.LOOKUP_UNKNOWN_TOOL)
+        traced.set("toolsafe.lookup.result", type(found).__name__)
     finally:
         held = heartbeat_for(runtime).release(hold)
     if held is None:
@@ -307,14 +363,23 @@ def _record(
     ref = claim.step.operation_ref
     tool = claim.step.tool
     runtime.faults.hit("after_call", ref)
-    recorded = runtime.store.record(
-        claim,
-        outcome,
-        traits=runtime.traits_for(tool),
-        policy=runtime.policy_for(tool),
-        now=utcnow(),
-        rng=runtime.rng,
-    )
+    # The runtime decides and the store records in one transaction: one span for both.
+    with tracing.span("toolsafe.record") as traced:
+        recorded = runtime.store.record(
+            claim,
+            outcome,
+            traits=runtime.traits_for(tool),
+            policy=runtime.policy_for(tool),
+            now=utcnow(),
+            rng=runtime.rng,
+        )
+        if recorded is not None:
+            traced.set_many(
+                {
+                    "toolsafe.step.state": str(recorded.step.state),
+                    "toolsafe.decision.action": recorded.decision.action,
+                }
+            )
     if recorded is None:
         # Someone expired our lease meanwhile: the step is theirs to verify (R4).
         _event("lease_lost", ref)
@@ -325,7 +390,9 @@ def _record(
     report.recorded(recorded)
     state = str(recorded.step.state)
     _event(event, ref, state=state, action=recorded.decision.action, **fields)
-    return carry_out(runtime, hints, recorded, utcnow())
+    # Follow-up hints published here carry this trace (a retry, a verification).
+    with tracing.span("toolsafe.decision", {"toolsafe.decision.action": recorded.decision.action}):
+        return carry_out(runtime, hints, recorded, utcnow())
 
 
 def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:

@@ -473,3 +473,10 @@ def _declared(module: str) -> AdapterSettings | None:
         raise SettingsError(
             "TOOLSAFE_ADAPTERS", f"must name importable adapter modules: {error}"
         ) from error
+
+
+def otel_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The OpenTelemetry SDK's own ``OTEL_*`` variables, read here as every variable is:
+    ``toolsafe.tracing`` decides from them whether tracing is on (docs/tracing.md)."""
+    variables = os.environ if environ is None else environ
+    return {key: value for key, value in variables.items() if key.startswith("OTEL_")}

@@ -162,6 +162,7 @@ class Handler(BaseHTTPRequestHandler):
         if not ref:
             self._error(400, "MISSING_OPERATION_REF", "operation_ref")
             return
+        state.saw_trace(ref, self.headers.get("traceparent"))
         fault = state.take_fault(frozenset({"lookup_down"}), resource, ref)
         if fault is not None:
             asked = fault.params.get("retry_after")
@@ -219,6 +220,7 @@ class Handler(BaseHTTPRequestHandler):
     def _write(self, resource: str, payload: dict[str, Any]) -> None:
         state = self.server.state
         ref = self.headers.get("Idempotency-Key") or None
+        state.saw_trace(ref, self.headers.get("traceparent"))
         approval = self.headers.get(APPROVAL_HEADER) or None
         before = state.take_fault(BEFORE_STORE - {"require_approval"}, resource, ref)
         if before is None and approval is None:
@@ -382,6 +384,11 @@ class DownstreamService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def traceparents(self, operation_ref: str) -> list[str]:
+        """The W3C ``traceparent`` headers the requests for ``operation_ref`` carried."""
+        with self.state.lock:
+            return list(self.state.traceparents.get(operation_ref, ()))
 
     def effects(self, resource: str | None = None) -> dict[str, int]:
         with self.state.lock:

@@ -134,6 +134,9 @@ class State:
     faults: list[Fault] = field(default_factory=list)
     next_fault: int = 1
     next_record: int = 1
+    # The W3C traceparent each request for an operation_ref carried (writes and lookups),
+    # so a test can follow one call's trace to here (docs/tracing.md).
+    traceparents: dict[str, list[str]] = field(default_factory=dict)
 
     def reset(self) -> None:
         with self.lock:
@@ -143,6 +146,13 @@ class State:
             self.effects.clear()
             self.effects_by_resource = {r: Counter() for r in RESOURCES}
             self.faults.clear()
+            self.traceparents.clear()
+
+    def saw_trace(self, operation_ref: str | None, traceparent: str | None) -> None:
+        """Note the ``traceparent`` a request for ``operation_ref`` carried, if any."""
+        if operation_ref and traceparent:
+            with self.lock:
+                self.traceparents.setdefault(operation_ref, []).append(traceparent[:100])
 
     def add_fault(self, spec: dict[str, Any]) -> Fault:
         name = spec.get("fault")

@@ -63,6 +63,19 @@ def _rooms() -> dict[str, Room]:
                 "toolsafe.adapters",
             ),
         ),
+        # OpenTelemetry glue (docs/tracing.md): above the settings (which read its OTEL_*
+        # variables), below tasks/ and the surface; it fills the adapters' outgoing seam.
+        "tracing": (
+            _modules(PACKAGE / "tracing"),
+            (*CELERY, *DATABASE),
+            (
+                "toolsafe.tracing",
+                "toolsafe.settings",
+                "toolsafe.settings_parse",
+                "toolsafe.recovery",
+                "toolsafe.adapters",
+            ),
+        ),
         "celeryconfig": (
             _modules((PACKAGE / "celeryconfig.py").resolve()),
             (),
@@ -77,6 +90,7 @@ def _rooms() -> dict[str, Room]:
                 "toolsafe.agents",
                 "toolsafe.tasks",
                 "toolsafe.celeryconfig",
+                "toolsafe.tracing",
                 "toolsafe.settings",
                 "toolsafe.recovery",
                 "toolsafe.adapters",
@@ -92,6 +106,7 @@ def _rooms() -> dict[str, Room]:
                 "toolsafe.agents",
                 "toolsafe.tasks",
                 "toolsafe.celeryconfig",
+                "toolsafe.tracing",
                 "toolsafe.settings",
                 "toolsafe.recovery",
                 "toolsafe.adapters",
@@ -104,6 +119,7 @@ def _rooms() -> dict[str, Room]:
             (
                 "toolsafe.tasks",
                 "toolsafe.celeryconfig",
+                "toolsafe.tracing",
                 "toolsafe.settings",
                 "toolsafe.recovery",
                 "toolsafe.adapters",

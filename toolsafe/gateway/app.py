@@ -4,6 +4,7 @@ handler, and the limits on headers and bodies applied before any route runs."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolsafe import tracing
 from toolsafe.gateway import metrics as gateway_metrics
 from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
@@ -123,6 +125,15 @@ def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
     )
 
 
+def _own_tracing() -> dict[str, Any]:
+    """FastAPI's native OpenTelemetry (0.13x+: server and endpoint spans, the URL's path
+    and query among their attributes) turned off while toolsafe traces: the gateway's
+    one server span is ``TracedRequests``, which records only redacted values."""
+    if tracing.tracer() is None or "telemetry" not in inspect.signature(FastAPI).parameters:
+        return {}
+    return {"telemetry": {"tracing": False}}
+
+
 def create_gateway(
     settings: Settings, *, client: Client | None = None, auth: bool = True
 ) -> FastAPI:
@@ -146,6 +157,7 @@ def create_gateway(
         docs_url="/docs",
         redoc_url=None,
         lifespan=lifespan,
+        **_own_tracing(),
     )
     app.state.gateway = state
     app.state.authenticator = app.state.gateway.authenticator
@@ -170,5 +182,10 @@ def create_gateway(
     app.add_middleware(
         Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
     )
-    gateway_metrics.install(app)  # outermost: refusals by Limits are counted too
+    gateway_metrics.install(app)  # outside Limits: refusals by Limits are counted too
+    if tracing.tracer() is not None:
+        # Outermost: one server span per request, child of its ``traceparent``.
+        from toolsafe.gateway.tracing import TracedRequests
+
+        app.add_middleware(TracedRequests)
     return app

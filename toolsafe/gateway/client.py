@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
+from toolsafe import tracing
 from toolsafe.adapters.catalogue import Catalogue, ToolSpec
 from toolsafe.adapters.errors import INPUT_CODES, ToolsafeError, UnknownToolError
 from toolsafe.adapters.json_input import check_input
@@ -270,7 +271,8 @@ def _options(request: Request, timeout: float) -> dict[str, Any]:
     return {
         "json": request.json,
         "params": dict(request.params),
-        "headers": dict(request.headers),
+        # The caller's trace context travels on (W3C traceparent; {} unless tracing).
+        "headers": {**dict(request.headers), **tracing.headers()},
         "timeout": timeout + float(request.params.get("wait", 0)),
     }
 

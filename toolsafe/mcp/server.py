@@ -32,6 +32,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from toolsafe import tracing
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import InvalidInput, UnknownToolError
 from toolsafe.agents.definitions import mcp_tools
@@ -146,6 +147,27 @@ class ToolsafeMCP:
             raise MCPError(INVALID_PARAMS, str(error)) from None
 
     async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult | dict[str, Any]:
+        """A ``tools/call``; with tracing on, under a ``tools/call {tool}`` server span
+        whose parent is the ``traceparent`` of the request's ``_meta`` (else the current
+        context: the gateway's HTTP span over streamable HTTP)."""
+        if tracing.tracer() is None:
+            return await self._call_tool(ctx, params)
+        attributes = {
+            "mcp.method.name": "tools/call",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tracing.tool_name(params.name),
+        }
+        with tracing.span(
+            f"tools/call {tracing.tool_name(params.name)}",
+            attributes,
+            kind="server",
+            parent=tracing.context_from(params.meta),
+        ):
+            return await self._call_tool(ctx, params)
+
+    async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> CallToolResult | dict[str, Any]:
         if "arguments" in params.model_fields_set and params.arguments is None:
