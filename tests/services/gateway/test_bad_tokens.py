@@ -120,3 +120,16 @@ def test_every_v1_route_documents_the_429(gateway: Gateway) -> None:
         if path.startswith("/v1/"):
             for method, operation in operations.items():
                 assert "429" in operation["responses"], (method, path)
+
+
+def test_the_status_page_login_shares_the_limit(gateway: Gateway) -> None:
+    for _ in range(FAILURES - 1):
+        refused = gateway.attacker.get("/v1/tools", headers=bearer(gateway.bad))
+        assert refused.status_code == 401
+    login = gateway.attacker.post("/ui/login", data={"key": gateway.bad}, follow_redirects=False)
+    assert login.status_code == 401  # the last failure the window allows
+    login = gateway.attacker.post("/ui/login", data={"key": gateway.bad}, follow_redirects=False)
+    assert login.status_code == 429 and login.headers["Retry-After"] == str(int(WINDOW))
+    assert "too many failed checks" in login.text
+    login = gateway.agent.post("/ui/login", data={"key": gateway.bad}, follow_redirects=False)
+    assert login.status_code == 401  # another address: its own count
