@@ -184,6 +184,11 @@ class Settings:
     gateway_max_header: int = 16_384
     gateway_max_wait: float = 60.0
     gateway_max_waits: int = 1000
+    # Bad keys: failed checks per key id and source address within the window, then 429;
+    # scrypt verifications of tokens not yet verified that run at once.
+    gateway_auth_failures: int = 10
+    gateway_auth_window: float = 60.0
+    gateway_auth_verifiers: int = 2
     # How long an MCP tools/call (without a task) waits for the step to need the agent
     # before it answers "still in progress" (``toolsafe mcp``, docs/mcp.md).
     mcp_wait: float = 20.0
@@ -216,6 +221,9 @@ class Settings:
             "TOOLSAFE_GATEWAY_MAX_HEADER_BYTES": self.gateway_max_header,
             "TOOLSAFE_GATEWAY_MAX_WAIT": self.gateway_max_wait,
             "TOOLSAFE_GATEWAY_MAX_WAITS": self.gateway_max_waits,
+            "TOOLSAFE_GATEWAY_AUTH_FAILURES": self.gateway_auth_failures,
+            "TOOLSAFE_GATEWAY_AUTH_WINDOW": self.gateway_auth_window,
+            "TOOLSAFE_GATEWAY_AUTH_VERIFIERS": self.gateway_auth_verifiers,
             "TOOLSAFE_MCP_WAIT": self.mcp_wait,
             "TOOLSAFE_NOTIFY_POLL_INTERVAL": self.notify_poll_interval,
             "TOOLSAFE_METRICS_POLL_INTERVAL": self.metrics_poll_interval,
@@ -358,6 +366,9 @@ def _read(reader: Reader) -> Settings:
         gateway_max_header=reader.integer("TOOLSAFE_GATEWAY_MAX_HEADER_BYTES", 16_384),
         gateway_max_wait=reader.number("TOOLSAFE_GATEWAY_MAX_WAIT", 60.0),
         gateway_max_waits=reader.integer("TOOLSAFE_GATEWAY_MAX_WAITS", 1000),
+        gateway_auth_failures=reader.integer("TOOLSAFE_GATEWAY_AUTH_FAILURES", 10),
+        gateway_auth_window=reader.number("TOOLSAFE_GATEWAY_AUTH_WINDOW", 60.0),
+        gateway_auth_verifiers=reader.integer("TOOLSAFE_GATEWAY_AUTH_VERIFIERS", 2),
         mcp_wait=reader.number("TOOLSAFE_MCP_WAIT", 20.0),
         ui_session_key=reader.text("TOOLSAFE_UI_SESSION_KEY"),
         notify_poll_interval=reader.number("TOOLSAFE_NOTIFY_POLL_INTERVAL", 0.05),

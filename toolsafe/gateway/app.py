@@ -141,7 +141,13 @@ def create_gateway(
     client = client if client is not None else Client.from_settings(settings)
     # The keys live in the step store's backend; one without them refuses here, at start.
     keys = client.runtime.backend.keys if auth else None
-    state = Gateway(settings, client, Authenticator(keys))
+    authenticator = Authenticator(
+        keys,
+        failures=settings.gateway_auth_failures,
+        window=settings.gateway_auth_window,
+        verifiers=settings.gateway_auth_verifiers,
+    )
+    state = Gateway(settings, client, authenticator)
     mcp = _streamable_mcp(state)
 
     @contextlib.asynccontextmanager
@@ -161,8 +167,10 @@ def create_gateway(
     )
     app.state.gateway = state
     app.state.authenticator = app.state.gateway.authenticator
+    # Every /v1 route checks a key, so any may answer 429 when bad keys are limited.
+    limited: dict[int | str, dict[str, Any]] = {429: problems.documented(problems.KEY_LIMIT)}
     for module in (tools, actions, events, calls):  # the more specific paths first
-        app.include_router(module.router, prefix="/v1")
+        app.include_router(module.router, prefix="/v1", responses=limited)
     problems.install(app)
     if mcp is not None:
         from toolsafe.gateway.mcp import McpEndpoint

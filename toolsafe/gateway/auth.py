@@ -2,15 +2,19 @@
 
 Verifying a key runs scrypt (~50 ms), so a verified token is remembered for
 :data:`CACHE_SECONDS` (and answered without a database read or a thread); after that
-only the key's row is re-read, so a revoked key stops working within that time. In
-development mode (loopback only, ``--no-auth``) every caller is the operator ``dev``.
+only the key's row is re-read, so a revoked key stops working within that time. A token
+never verified goes through ``throttle``: failed checks are limited per key id and
+source address, and only a few verifications run at once. In development mode
+(loopback only, ``--no-auth``) every caller is the operator ``dev``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Final
 
@@ -20,8 +24,9 @@ from starlette.concurrency import run_in_threadpool
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.gateway.problems import ApiProblem
+from toolsafe.gateway.throttle import FailureWindow, Throttled, Verifiers
 from toolsafe.recovery.store import StepNotFound
-from toolsafe.recovery.store.keys import ApiKey, KeysPort
+from toolsafe.recovery.store.keys import TOKEN_PATTERN, ApiKey, KeysPort
 
 CACHE_SECONDS: Final = 5.0
 NAMESPACE_SEPARATOR: Final = "/"
@@ -69,11 +74,26 @@ DEV: Final = Principal(name="dev", scope="operator", namespace=None)
 
 
 class Authenticator:
-    def __init__(self, keys: KeysPort | None) -> None:
+    """The keys' checks: ``failures`` failed checks per key id and source address in any
+    ``window`` seconds, at most ``verifiers`` verifications at once (``throttle``)."""
+
+    def __init__(
+        self,
+        keys: KeysPort | None,
+        *,
+        failures: int = 10,
+        window: float = 60.0,
+        verifiers: int = 2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.keys = keys  # None: development mode, no keys checked
+        self.failures = FailureWindow(failures, window, clock=clock)
+        self.verifiers = Verifiers(verifiers)
         self._lock = threading.Lock()
         # sha256 of the token -> (its key, when it was checked, the caller it names)
         self._verified: dict[str, tuple[ApiKey, float, Principal]] = {}
+        # (sha256 of the token, source) -> its verification under way (event loop only)
+        self._flights: dict[tuple[str, str], asyncio.Future[ApiKey | None]] = {}
 
     def cached(self, token: str) -> Principal | None:
         """The caller of a token verified less than :data:`CACHE_SECONDS` ago, without
@@ -86,6 +106,11 @@ class Authenticator:
         return None
 
     def principal(self, token: str) -> Principal | None:
+        """The caller of a token, looked up without limits (blocking: in a thread)."""
+        found = self.key(token)
+        return None if found is None else _principal(found)
+
+    def key(self, token: str) -> ApiKey | None:
         assert self.keys is not None
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
@@ -93,56 +118,112 @@ class Authenticator:
             cached = self._verified.get(digest)
         key: ApiKey | None
         if cached is not None and now - cached[1] < CACHE_SECONDS:
-            return cached[2]
+            return cached[0]
         if cached is not None:
             key = cached[0] if self.keys.active(cached[0].key_id) else None
         else:
             key = self.keys.verify(token)
-        found = None if key is None else _principal(key)
         with self._lock:
-            if key is None or found is None:
+            if key is None:
                 self._verified.pop(digest, None)
-            else:
-                self._verified[digest] = (key, now, found)  # checked now: trusted CACHE_SECONDS
+            else:  # checked now: trusted CACHE_SECONDS
+                self._verified[digest] = (key, now, _principal(key))
+        return key
+
+    async def checked_key(self, token: str, source: str) -> ApiKey | None:
+        """The active key of a token (None: unknown, wrong or revoked), on the event
+        loop. A token verified before only has its row re-read; any other is verified
+        under the limits: :class:`Throttled` when its key id has failed too often from
+        ``source``, or too many verifications wait already. Requests with the same token
+        from the same source share one verification (an agent's first burst is one
+        check, not a burst of failures-in-waiting)."""
+        assert self.keys is not None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        with self._lock:
+            seen = digest in self._verified
+        if seen:  # no scrypt: at most the key's row is read again
+            return await run_in_threadpool(self.key, token)
+        match = TOKEN_PATTERN.fullmatch(token)
+        if match is None:  # not a token's form: no key id to look up, nothing to verify
+            return None
+        flight = (digest, source)
+        task = self._flights.get(flight)
+        if task is None:
+            task = asyncio.ensure_future(self._verify(token, match.group(1), source))
+            self._flights[flight] = task
+            task.add_done_callback(lambda done: self._landed(flight, done))
+        # Shielded: a caller that goes away does not cancel the others' verification.
+        return await asyncio.shield(task)
+
+    async def _verify(self, token: str, key_id: str, source: str) -> ApiKey | None:
+        stamp = self.failures.begin(key_id, source)
+        ok: bool | None = None
+        try:
+            found = await self.verifiers.run(lambda: self.key(token))
+            ok = found is not None
+        finally:
+            self.failures.end(key_id, source, stamp, ok=ok)
         return found
+
+    def _landed(self, flight: tuple[str, str], done: asyncio.Future[ApiKey | None]) -> None:
+        self._flights.pop(flight, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too, for when every caller went away
+
+    async def authenticate(self, scheme: str | None, token: str | None, source: str) -> Principal:
+        """The caller of a request with ``Authorization: <scheme> <token>`` (both ``None``
+        without the header) from ``source`` (its client address): ``UNAUTHENTICATED``
+        unless it is a valid Bearer key, ``TOO_MANY_BAD_KEYS`` / ``TOO_MANY_KEY_CHECKS``
+        (429, ``Retry-After``) when the limits refuse to check it.
+
+        A key verified within :data:`CACHE_SECONDS` is answered on the event loop; only
+        a check that reads the database (or runs scrypt) goes to a worker thread, so the
+        common request pays no thread hand-off for its caller."""
+        if self.keys is None:
+            return DEV
+        challenge = {"WWW-Authenticate": 'Bearer realm="toolsafe"'}
+        if scheme is None or token is None or scheme.lower() != "bearer":
+            raise ApiProblem("UNAUTHENTICATED", "a Bearer key is required", headers=challenge)
+        known = self.cached(token)
+        if known is not None:
+            return known
+        try:
+            key = await self.checked_key(token, source)
+        except Throttled as refused:
+            headers = {"Retry-After": str(refused.retry_after)}
+            raise ApiProblem(refused.code, refused.detail, headers=headers) from None
+        if key is None:
+            raise ApiProblem(
+                "UNAUTHENTICATED", "the key is unknown or was revoked", headers=challenge
+            )
+        return _principal(key)
 
 
 def _principal(key: ApiKey) -> Principal:
     return Principal(name=key.name, scope=key.scope, namespace=key.namespace)
 
 
+def source_of(client: object) -> str:
+    """The address a request came from (Starlette's ``request.client`` or the ASGI
+    scope's ``client`` pair), as the server reports it: uvicorn takes
+    ``X-Forwarded-For`` only from ``FORWARDED_ALLOW_IPS``. ``""`` when unknown."""
+    host = getattr(client, "host", None)
+    if host is None and isinstance(client, (tuple, list)) and client:
+        host = client[0]
+    return str(host) if host else ""
+
+
 async def caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """The dependency every /v1 route has: 401 without a valid key.
-
-    A key verified within :data:`CACHE_SECONDS` is answered on the event loop; only a
-    check that reads the database (or runs scrypt) goes to a worker thread, so the
-    common request pays no thread hand-off for its caller."""
+    """The dependency every /v1 route has: 401 without a valid key, 429 when the
+    limits on bad keys refuse to check it (``Authenticator.authenticate``)."""
     authenticator: Authenticator = request.app.state.authenticator
-    if credentials is None:
-        return authenticate(authenticator, None, None)
-    scheme, token = credentials.scheme, credentials.credentials
-    if authenticator.keys is not None and scheme.lower() == "bearer":
-        known = authenticator.cached(token)
-        if known is not None:
-            return known
-    return await run_in_threadpool(authenticate, authenticator, scheme, token)
-
-
-def authenticate(authenticator: Authenticator, scheme: str | None, token: str | None) -> Principal:
-    """The caller of a request with ``Authorization: <scheme> <token>`` (both ``None``
-    without the header); ``UNAUTHENTICATED`` unless it is a valid Bearer key."""
-    if authenticator.keys is None:
-        return DEV
-    challenge = {"WWW-Authenticate": 'Bearer realm="toolsafe"'}
-    if scheme is None or token is None or scheme.lower() != "bearer":
-        raise ApiProblem("UNAUTHENTICATED", "a Bearer key is required", headers=challenge)
-    found = authenticator.principal(token)
-    if found is None:
-        raise ApiProblem("UNAUTHENTICATED", "the key is unknown or was revoked", headers=challenge)
-    return found
+    scheme, token = (
+        (None, None) if credentials is None else (credentials.scheme, credentials.credentials)
+    )
+    return await authenticator.authenticate(scheme, token, source_of(request.client))
 
 
 async def operator(principal: Annotated[Principal, Depends(caller)]) -> Principal:

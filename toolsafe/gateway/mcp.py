@@ -4,10 +4,9 @@ it, and the key's namespace scopes every ref and task id, as on ``/v1``."""
 
 from __future__ import annotations
 
-import anyio.to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolsafe.gateway.auth import Authenticator, authenticate
+from toolsafe.gateway.auth import Authenticator, source_of
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.mcp.http import SCOPE_KEY, Caller
 
@@ -23,9 +22,9 @@ class McpEndpoint:
         header = dict(scope.get("headers") or []).get(b"authorization")
         scheme, _, token = header.decode("latin-1").partition(" ") if header else ("", "", "")
         try:
-            # Verifying a key runs scrypt: off the event loop.
-            principal = await anyio.to_thread.run_sync(
-                authenticate, self.authenticator, scheme or None, token.strip() or None
+            # As on /v1: a cached key on the event loop, scrypt in a thread, under limits.
+            principal = await self.authenticator.authenticate(
+                scheme or None, token.strip() or None, source_of(scope.get("client"))
             )
         except ApiProblem as problem:
             await problem_response(problem, scope.get("path"))(scope, receive, send)

@@ -45,6 +45,8 @@ GATEWAY_CODES: Final[Mapping[str, str]] = {
     "INVALID_REQUEST": "the request is malformed (parameters, JSON, headers)",
     "INVALID_OPERATION_REF": "the Idempotency-Key is not a usable operation_ref",
     "TOO_MANY_WAITS": "too many requests hold a wait or a stream at once",
+    "TOO_MANY_BAD_KEYS": "too many failed key checks for this key id from this address",
+    "TOO_MANY_KEY_CHECKS": "too many key verifications are running or waiting at once",
     "HEADERS_TOO_LARGE": "the request headers are over TOOLSAFE_GATEWAY_MAX_HEADER_BYTES",
     "INTERNAL": "the gateway failed; nothing it acknowledged is lost",
     "STORE_UNAVAILABLE": "the step store cannot be reached; retry after Retry-After",
@@ -69,6 +71,8 @@ CODES: Final = {
     "INVALID_INPUT": 422,
     "INVALID_OPERATION_REF": 422,
     "TOO_MANY_WAITS": 429,
+    "TOO_MANY_BAD_KEYS": 429,
+    "TOO_MANY_KEY_CHECKS": 429,
     "HEADERS_TOO_LARGE": 431,
     "INTERNAL": 500,
     "STORE_UNAVAILABLE": 503,
@@ -100,6 +104,10 @@ class ApiProblem(Exception):
         self.errors = errors
         self.headers = dict(headers or {})
         self.tool = tool
+
+
+KEY_LIMIT: Final = "too many failed key checks, or key checks at once; retry after Retry-After"
+WAIT_OR_KEY_LIMIT: Final = "too many requests hold a wait, or " + KEY_LIMIT[len("too many ") :]
 
 
 def documented(description: str) -> dict[str, Any]:

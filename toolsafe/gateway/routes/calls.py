@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 
 from toolsafe.gateway.auth import Caller
 from toolsafe.gateway.models import CallRequest, CallView
-from toolsafe.gateway.problems import documented
+from toolsafe.gateway.problems import WAIT_OR_KEY_LIMIT, documented
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.store import new_operation_ref
 
@@ -79,7 +79,7 @@ def submit(
     "/calls/{operation_ref:path}",
     response_model=CallView,
     summary="A step's view; with ?wait= held until it needs the agent or is terminal",
-    responses={429: documented("too many requests hold a wait"), **PROBLEMS},
+    responses={429: documented(WAIT_OR_KEY_LIMIT), **PROBLEMS},
 )
 async def view(
     operation_ref: str,

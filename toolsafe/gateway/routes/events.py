@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolsafe.gateway.auth import Caller
 from toolsafe.gateway.models import HistoryItem
-from toolsafe.gateway.problems import documented
+from toolsafe.gateway.problems import WAIT_OR_KEY_LIMIT, documented
 from toolsafe.gateway.routes.calls import PROBLEMS
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.states import TERMINAL
@@ -83,7 +83,7 @@ async def step_stream(state: Gateway, ref: str, after: int) -> AsyncIterator[str
     "/calls/{operation_ref:path}/events",
     response_class=StreamingResponse,
     summary="The step's state changes as Server-Sent Events",
-    responses={200: STREAM, 429: documented("too many requests hold a wait"), **PROBLEMS},
+    responses={200: STREAM, 429: documented(WAIT_OR_KEY_LIMIT), **PROBLEMS},
 )
 async def events(
     operation_ref: str,

@@ -18,8 +18,9 @@ from starlette.concurrency import run_in_threadpool
 
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import QUEUES
-from toolsafe.gateway.auth import NAMESPACE_SEPARATOR
+from toolsafe.gateway.auth import NAMESPACE_SEPARATOR, source_of
 from toolsafe.gateway.state import Gateway
+from toolsafe.gateway.throttle import Throttled
 from toolsafe.gateway.ui import present
 from toolsafe.gateway.ui.session import Session, Sessions
 from toolsafe.recovery import reasons as R
@@ -125,7 +126,16 @@ async def login(request: Request) -> Response:
     target = _safe_next(form.get("next", "/ui/"))
     if not _same_origin(request):
         return _render(request, "login.html", None, 403, next=target, error=CROSS_SITE)
-    found = await run_in_threadpool(ui.sessions.login, form.get("key", ""))
+    try:
+        found = await ui.sessions.sign_in(form.get("key", ""), source_of(request.client))
+    except Throttled as refused:  # the limits on bad keys, as on /v1 (docs/gateway.md)
+        error = (
+            "too many failed checks of this key from this address: "
+            f"try again in {refused.retry_after} s"
+        )
+        page = _render(request, "login.html", None, 429, next=target, error=error)
+        page.headers["Retry-After"] = str(refused.retry_after)
+        return page
     if isinstance(found, str):
         return _render(request, "login.html", None, 401, next=target, error=found)
     response = RedirectResponse(target, status_code=303)

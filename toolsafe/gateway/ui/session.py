@@ -23,6 +23,7 @@ from typing import Final
 from fastapi import Request, Response
 
 from toolsafe.gateway.auth import DEV, Authenticator, Principal
+from toolsafe.recovery.store.keys import ApiKey
 
 COOKIE: Final = "toolsafe_ui"
 COOKIE_PATH: Final = "/ui"
@@ -88,7 +89,16 @@ class Sessions:
             return self._new(DEV, DEV_KEY_ID)
         keys = self.authenticator.keys
         assert keys is not None
-        key = keys.verify(token.strip()) if token.strip() else None
+        return self._signed_in(keys.verify(token.strip()) if token.strip() else None)
+
+    async def sign_in(self, token: str, source: str) -> Session | str:
+        """``login`` as the login form does it, from ``source`` (the client's address):
+        under the gateway's limits on bad keys, which raise ``Throttled``."""
+        if self.development or not token.strip():
+            return self.login(token)
+        return self._signed_in(await self.authenticator.checked_key(token.strip(), source))
+
+    def _signed_in(self, key: ApiKey | None) -> Session | str:
         if key is None:
             return "the key is unknown or was revoked"
         if key.scope != "operator":
