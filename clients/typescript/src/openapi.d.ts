@@ -491,6 +491,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     provide_input_v1_calls__operation_ref__input_post: {
@@ -559,6 +569,16 @@ export interface operations {
             };
             /** @description the request or the tool's input is invalid; every field is listed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -655,6 +675,16 @@ export interface operations {
             };
             /** @description the request or the tool's input is invalid; every field is listed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -769,6 +799,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description the headers are over the limit */
             431: {
                 headers: {
@@ -867,6 +907,16 @@ export interface operations {
             };
             /** @description the request or the tool's input is invalid; every field is listed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -981,6 +1031,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description the headers are over the limit */
             431: {
                 headers: {
@@ -1087,6 +1147,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description the headers are over the limit */
             431: {
                 headers: {
@@ -1162,7 +1232,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description too many requests hold a wait */
+            /** @description too many requests hold a wait, or failed key checks, or key checks at once; retry after Retry-After */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -1280,6 +1350,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too many failed key checks, or key checks at once; retry after Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description the headers are over the limit */
             431: {
                 headers: {
@@ -1355,7 +1435,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description too many requests hold a wait */
+            /** @description too many requests hold a wait, or failed key checks, or key checks at once; retry after Retry-After */
             429: {
                 headers: {
                     [name: string]: unknown;
