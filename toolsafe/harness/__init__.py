@@ -1,12 +1,13 @@
 """One process harness for the demo, the chaos run, the tests and the benchmarks: real
-``celery worker``/``beat`` and downstream subprocesses, broker and database faults,
-waiting on conditions, free ports. See docs/harness.md."""
+``celery worker``/``beat`` and downstream subprocesses, broker and database faults, a
+fault proxy that partitions one process, waiting on conditions, free ports. See docs/harness.md."""
 
 from toolsafe.harness.broker import SESSION_LOCK_KEY, check_broker, flush_broker, redis_db
 from toolsafe.harness.database import kill_db_connections, restart_database
 from toolsafe.harness.downstream import DownstreamProcess
 from toolsafe.harness.errors import BrokerError, HarnessError, ProcessStartError, WaitTimeout
 from toolsafe.harness.ports import free_port
+from toolsafe.harness.proxy import FaultProxy, Partition
 from toolsafe.harness.processes import (
     Fleet,
     Process,
@@ -33,9 +34,11 @@ __all__ = [
     "WORKER_READY",
     "BrokerError",
     "DownstreamProcess",
+    "FaultProxy",
     "Fleet",
     "HarnessError",
     "Process",
+    "Partition",
     "ProcessStartError",
     "WaitTimeout",
     "WorkerOptions",
