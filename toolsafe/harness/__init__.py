@@ -1,13 +1,13 @@
 """One process harness for the demo, the chaos run, the tests and the benchmarks: real
 ``celery worker``/``beat`` and downstream subprocesses, broker and database faults, a
-fault proxy that partitions one process, waiting on conditions, free ports. See docs/harness.md."""
+fault proxy that partitions one process, waiting on conditions, free ports. See
+docs/harness.md."""
 
 from toolsafe.harness.broker import SESSION_LOCK_KEY, check_broker, flush_broker, redis_db
 from toolsafe.harness.database import kill_db_connections, restart_database
 from toolsafe.harness.downstream import DownstreamProcess
 from toolsafe.harness.errors import BrokerError, HarnessError, ProcessStartError, WaitTimeout
 from toolsafe.harness.ports import free_port
-from toolsafe.harness.proxy import FaultProxy, Partition
 from toolsafe.harness.processes import (
     Fleet,
     Process,
@@ -17,6 +17,7 @@ from toolsafe.harness.processes import (
     spawn,
     stop_all,
 )
+from toolsafe.harness.proxy import FaultProxy, Partition
 from toolsafe.harness.waiting import wait_until
 from toolsafe.harness.workers import (
     BEAT_READY,
@@ -37,8 +38,8 @@ __all__ = [
     "FaultProxy",
     "Fleet",
     "HarnessError",
-    "Process",
     "Partition",
+    "Process",
     "ProcessStartError",
     "WaitTimeout",
     "WorkerOptions",
