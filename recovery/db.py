@@ -24,6 +24,18 @@ T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
 DATABASES: Final = frozenset({"postgresql", "sqlite"})
+# libpq's bounds on a connection cut off by the network (docs/operations.md): a new one
+# gives up after connect_timeout; an idle one is probed by TCP keepalives; one whose sent
+# data goes unacknowledged is dropped after tcp_user_timeout (ms). A parameter named in
+# the URL's query wins.
+POSTGRES_NETWORK_BOUNDS: Final = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 READ_ONLY: Final = "toolsafe_read_only"
 """Execution option: an SQLite transaction that only reads starts with a plain BEGIN."""
 
@@ -43,7 +55,8 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def make_engine(url: str | URL, **kwargs: Any) -> Engine:
-    """An engine for this process: ``pool_pre_ping``, its pool dropped in forked children.
+    """An engine for this process: ``pool_pre_ping``, its pool dropped in forked children,
+    and on PostgreSQL ``POSTGRES_NETWORK_BOUNDS`` (a partition ends in an error, not a hang).
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions, so
     several worker processes can share one file without "database is locked" failures
@@ -52,6 +65,11 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     parsed = normalize_url(url)
     kwargs.setdefault("pool_pre_ping", True)
     busy_timeout_ms = SQLITE_BUSY_TIMEOUT_MS
+    if parsed.get_backend_name() == "postgresql":
+        connect_args = kwargs.setdefault("connect_args", {})
+        for name, value in POSTGRES_NETWORK_BOUNDS.items():
+            if name not in parsed.query:
+                connect_args.setdefault(name, value)
     if parsed.get_backend_name() == "sqlite":
         connect_args = kwargs.setdefault("connect_args", {})
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)

@@ -124,6 +124,7 @@ ActionKind = Literal[
     "kill_db_connections",
     "restart_database",
     "duplicate",
+    "partition_worker",
 ]
 
 
@@ -176,6 +177,7 @@ class ScheduleSize:
     db_kill_rounds: int = 1
     db_restarts: int = 0
     redis_restarts: int = 0  # kill -9 and start again of the run's own Redis server
+    partitions: int = 0  # one worker cut off from database and broker, longer than a lease
     duplicates: int = 60
     batch: int = 20
 
@@ -217,6 +219,14 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         if size.redis_restarts
         else []
     )
+    # Partitions of one worker likewise strike while work arrives, from a generator of
+    # their own (docs/chaos.md).
+    partition_rng = random.Random(f"{seed}/partitions")
+    partition_after = (
+        _spread(partition_rng, max(len(batches) - 1, 1), size.partitions, earliest=0)
+        if size.partitions
+        else []
+    )
     duplicates_per_batch = _share(size.duplicates, len(batches))
     actions: list[Action] = []
     submitted: list[int] = []
@@ -235,6 +245,7 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         actions.extend(Action("flush_broker") for _ in range(flush_after.count(number)))
         actions.extend(Action("restart_database") for _ in range(restart_after.count(number)))
         actions.extend(Action("restart_broker") for _ in range(broker_after.count(number)))
+        actions.extend(Action("partition_worker") for _ in range(partition_after.count(number)))
     return Schedule(seed=seed, steps=planned, actions=tuple(actions))
 
 

@@ -27,6 +27,7 @@ import httpx
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
 from toolsafe.chaos.checks import StepFacts, check_envelope, check_steps, merged
+from toolsafe.chaos.partition import partition_round
 from toolsafe.chaos.plan import (
     Observed,
     Violation,
@@ -41,6 +42,7 @@ from toolsafe.harness import (
     DownstreamProcess,
     Fleet,
     HarnessError,
+    Partition,
     Process,
     WorkerOptions,
     check_broker,
@@ -142,6 +144,7 @@ class _Run:
         self.inspected: set[tuple[str, str, str | None]] = set()
         self.passing_violations: list[Violation] = []
         self.metrics: Served | None = None  # the one store-wide exporter
+        self.partition: Partition | None = None  # worker0's proxies (--partitions)
 
     def ref(self, index: int) -> str:
         return f"{self.prefix}{index:05d}"
@@ -167,6 +170,8 @@ class _Run:
         if config.metrics:
             self.metrics = serve(Exporter(self.backend.tally, poll_interval=0.2))
         self.workers = Fleet()
+        if config.size.partitions:
+            self.partition = Partition(self.database, self.broker)
         run_id = self.prefix[6:-1]
         for number in range(config.workers):
             # Solo pool: a SIGKILL at a fault point kills the whole worker.
@@ -177,7 +182,8 @@ class _Run:
                 loglevel="WARNING",
                 without=("gossip", "mingle", "heartbeat"),
             )
-            self.workers.add(start_worker(options, env=dict(env), directory=self.workdir))
+            proxied = self.partition.env() if self.partition and number == 0 else {}
+            self.workers.add(start_worker(options, env={**env, **proxied}, directory=self.workdir))
         self.env = env
         self.beat = self.start_beat()
         self.client = Client(create_app(Settings.from_env(env)))
@@ -191,6 +197,8 @@ class _Run:
             self.workers.stop()
         if self.downstream is not None:
             self.downstream.stop()
+        if self.partition is not None:
+            self.partition.close()
         self.backend.close()
 
     # -------------------------------------------------------------- the schedule
@@ -231,6 +239,13 @@ class _Run:
                 killed = kill_db_connections(self.database)
                 self.report.faults["postgres connection-kill round"] += 1
                 self.report.faults["postgres connections terminated"] += killed
+            elif action.kind == "partition_worker":
+                assert self.partition is not None and self.workers is not None
+                lease = float(self.env["TOOLSAFE_LEASE_SECONDS"])
+                worker = self.workers.processes[0]
+                partition_round(
+                    self.partition, worker, self.store, self.prefix, lease, self.report.faults
+                )
         self.report.submit_seconds = time.monotonic() - started
 
     def wait_for_room(self, incoming: int) -> None:

@@ -1,6 +1,7 @@
 """One process harness for the demo, the chaos run, the tests and the benchmarks: real
-``celery worker``/``beat`` and downstream subprocesses, broker and database faults,
-waiting on conditions, free ports. See docs/harness.md."""
+``celery worker``/``beat`` and downstream subprocesses, broker and database faults, a
+fault proxy that partitions one process, waiting on conditions, free ports. See
+docs/harness.md."""
 
 from toolsafe.harness.broker import SESSION_LOCK_KEY, check_broker, flush_broker, redis_db
 from toolsafe.harness.database import kill_db_connections, restart_database
@@ -16,6 +17,7 @@ from toolsafe.harness.processes import (
     spawn,
     stop_all,
 )
+from toolsafe.harness.proxy import FaultProxy, Partition
 from toolsafe.harness.waiting import wait_until
 from toolsafe.harness.workers import (
     BEAT_READY,
@@ -33,8 +35,10 @@ __all__ = [
     "WORKER_READY",
     "BrokerError",
     "DownstreamProcess",
+    "FaultProxy",
     "Fleet",
     "HarnessError",
+    "Partition",
     "Process",
     "ProcessStartError",
     "WaitTimeout",
