@@ -47,6 +47,12 @@ class CancelTaskRequest(Request[TaskParams, Literal["tasks/cancel"]]):
     name_param: ClassVar[str | None] = "taskId"
 
 
+class UpdateTaskRequest(Request[TaskParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: TaskParams
+    name_param: ClassVar[str | None] = "taskId"
+
+
 async def get_task(session: ClientSession, task_id: str) -> GetTaskResult:
     return await session.send_request(
         GetTaskRequest(params=TaskParams(task_id=task_id)), GetTaskResult
@@ -57,6 +63,13 @@ async def cancel_task(session: ClientSession, task_id: str) -> None:
     """Ask toolsafe to cancel the step (acknowledged; cooperative, as the extension has
     it): ``get_task`` then says what became of it."""
     await session.send_request(CancelTaskRequest(params=TaskParams(task_id=task_id)), EmptyResult)
+
+
+async def update_task(session: ClientSession, task_id: str) -> None:
+    """``tasks/update``: acknowledged for a task toolsafe knows, and nothing changes —
+    toolsafe asks for no input through the task (a correction is a ``tools/call`` under
+    the same ref, an approval a person's decision)."""
+    await session.send_request(UpdateTaskRequest(params=TaskParams(task_id=task_id)), EmptyResult)
 
 
 def answer_of(task: GetTaskResult) -> CallToolResult | None:

@@ -29,7 +29,13 @@ from tests.support.gateway.harness import ROOT
 from tests.support.mcp.raw import MODERN, TASKS
 from tests.support.mcp.support import kill_mcp_servers, meta, stdio_session, structured, text
 from tests.support.pipeline.harness import Cluster, cluster_for
-from toolsafe.mcp.client import ToolsafeTasks, answer_of, cancel_task, get_task
+from toolsafe.mcp.client import (
+    ToolsafeTasks,
+    answer_of,
+    cancel_task,
+    get_task,
+    update_task,
+)
 from toolsafe.mcp.tasks import CreateTaskResult
 from toolsafe.recovery.states import StepState
 
@@ -182,6 +188,12 @@ def test_calls_replays_and_tasks_across_server_restarts(
             asking = answer_of(task)
             assert asking is not None and asking.is_error is True
             assert structured(asking)["code"] == "MISSING_APPROVAL"
+            # tasks/update is acknowledged and changes nothing: the approval is a
+            # person's, never the host's; an unknown task is refused.
+            await update_task(session, approval_ref)
+            assert (await get_task(session, approval_ref)).status == "input_required"
+            with pytest.raises(MCPError, match="no task"):
+                await update_task(session, "mcp-t/never-made")
             await cancel_task(session, approval_ref)
             cancelled = answer_of(await get_task(session, approval_ref))
             assert cancelled is not None and cancelled.is_error is True
