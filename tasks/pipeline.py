@@ -24,6 +24,7 @@ from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.broker_watch import BrokerWatch
+from toolsafe.tasks.clock import on_database_clock
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
 from toolsafe.tasks.lease import Hold, heartbeat_for, recover_if_owner_gone
@@ -161,7 +162,7 @@ def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
     if recorded is None:
         return False
     _event("owner_gone", operation_ref, state=str(recorded.step.state))
-    carry_out(runtime, hints, recorded, utcnow())
+    carry_out(runtime, hints, recorded, runtime.now())
     return True
 
 
@@ -183,7 +184,7 @@ def _claim(
     claim_for = store.claim_execution if kind == "execute" else store.claim_verification
     lease = timedelta(seconds=runtime.settings.lease)
     claimed_at = time.monotonic()
-    claim = claim_for(operation_ref, runtime.owner, lease, utcnow())
+    claim = claim_for(operation_ref, runtime.owner, lease, runtime.now())
     if claim is None:
         if _owner_gone(runtime, hints, operation_ref):
             report.note = "its worker was lost: the step goes to verification"
@@ -276,6 +277,7 @@ def verify(
             with runtime.faults.during("during_call", operation_ref):
                 found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
         else:
+            # Stamped like an adapter's answer (this process's clock): _record moves it.
             found = LookupUnavailable(checked_at=utcnow(), code=lookup_codes.LOOKUP_UNKNOWN_TOOL)
     finally:
         held = heartbeat_for(runtime).release(hold)
@@ -309,10 +311,10 @@ def _record(
     runtime.faults.hit("after_call", ref)
     recorded = runtime.store.record(
         claim,
-        outcome,
+        on_database_clock(outcome, runtime.clock.offset),
         traits=runtime.traits_for(tool),
         policy=runtime.policy_for(tool),
-        now=utcnow(),
+        now=runtime.now(),
         rng=runtime.rng,
     )
     if recorded is None:
@@ -325,7 +327,7 @@ def _record(
     report.recorded(recorded)
     state = str(recorded.step.state)
     _event(event, ref, state=state, action=recorded.decision.action, **fields)
-    return carry_out(runtime, hints, recorded, utcnow())
+    return carry_out(runtime, hints, recorded, runtime.now())
 
 
 def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
@@ -352,7 +354,7 @@ def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
             reason=reason if isinstance(reason, str) else "cancel requested",
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),
-            now=utcnow(),
+            now=runtime.now(),
         )
     except TransitionRefused:  # it moved on meanwhile; what it is now stands
         return recorded
@@ -374,7 +376,7 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
     if step.state is not StepState.ESCALATED:
         # Resolved before the notification ran: nothing to tell.
         for stale in owed:
-            store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
+            store.outbox.acknowledge(stale.id, runtime.now(), "step_moved_on")
         _event("escalation_noop", operation_ref)
         return "noop"
     if not owed:
@@ -383,13 +385,13 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
         return "noop"
     *earlier, current = owed
     for stale in earlier:  # escalations the step has since left (re-driven, escalated again)
-        store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
+        store.outbox.acknowledge(stale.id, runtime.now(), "step_moved_on")
     notice = EscalationNotice.from_step(step, store.events(operation_ref), current.dedup_key)
     failed = notify(handlers, notice)
     if failed:
         _event("escalation_unacknowledged", operation_ref, failed=",".join(failed))
         return "handler_failed"
-    store.outbox.acknowledge(current.id, utcnow())
+    store.outbox.acknowledge(current.id, runtime.now())
     return "notified"
 
 
@@ -411,7 +413,7 @@ def sweep(
     """
     store = runtime.store
     settings = runtime.settings
-    now = utcnow()
+    now = runtime.now()
     expired = store.expire_leases(
         now, runtime.traits_for, runtime.policy_for, limit=settings.sweep_batch
     )
