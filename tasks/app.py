@@ -71,9 +71,10 @@ class Publisher:
 
     Due times and ``now`` are the database's (``tasks/clock.py``), but Celery compares an
     ETA with the consuming worker's own clock: the ETA goes out on this process's clock
-    (``clock.to_local``). A consumer whose clock is off this one's runs the hint that
-    much early or late: early, the claim re-checks the due time in the database and does
-    nothing (R6; the sweeper sends the hint again once it is due); late is only late."""
+    (``clock.local_eta``: never early by the offset's measurement error). A consumer
+    whose clock is off this one's runs the hint that much early or late: early, the
+    claim re-checks the due time in the database and does nothing (R6; the sweeper
+    sends the hint again once it is due); late is only late."""
 
     def __init__(self, app: Any, settings: Settings, clock: Clock | None = None) -> None:
         self.app = app
@@ -106,7 +107,7 @@ class Publisher:
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
         if eta is not None and self.clock is not None:
-            eta = self.clock.to_local(eta)
+            eta = self.clock.local_eta(eta)
         if publish:
             self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool))
         return publish

@@ -8,7 +8,7 @@ store or to ``decide`` is :meth:`Clock.now`: this process's time plus its measur
 offset from the database's.
 
 The offset is measured at the first use and again every :data:`MEASURE_EVERY` seconds
-(one ``SELECT clock_timestamp()``, its round trip halved), never per step. A failed
+(``SELECT clock_timestamp()`` twice, the shorter round trip's halved), never per step. A failed
 measurement keeps the last offset, logs one line and is tried again after
 :data:`RETRY_AFTER` seconds. A store whose database keeps this machine's clock (SQLite,
 the memory store: ``same_host``) or that has no ``clock`` feature gives offset 0 and is
@@ -39,6 +39,8 @@ MEASURE_EVERY: Final = 45.0
 """Seconds between two measurements of the offset (clocks drift slowly; NTP steps)."""
 RETRY_AFTER: Final = 5.0
 """Seconds before a failed measurement is tried again."""
+SAMPLES: Final = 2
+"""Reads per measurement; the shortest round trip's is kept."""
 NOTABLE: Final = timedelta(seconds=1)
 """An offset this large (or a change this large) is logged."""
 
@@ -66,15 +68,18 @@ class Clock:
         *,
         every: float = MEASURE_EVERY,
         retry_after: float = RETRY_AFTER,
+        samples: int = SAMPLES,
         local: Callable[[], datetime] = local_now,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read = read
         self.every = every
         self.retry_after = retry_after
+        self.samples = max(samples, 1)
         self._local = local
         self._monotonic = monotonic
         self._offset = timedelta(0)
+        self._uncertainty = timedelta(0)  # half the kept sample's round trip
         self._logged = timedelta(0)
         self._measured = False  # a measurement (or a failed one) happened
         self._next = -math.inf  # monotonic time of the next measurement
@@ -96,36 +101,60 @@ class Clock:
         """A time this process's clock produced, on the database's."""
         return local + self._offset
 
+    @property
+    def uncertainty(self) -> timedelta:
+        """How far the offset may be off: half the measured round trip."""
+        return self._uncertainty
+
     def to_local(self, database: datetime) -> datetime:
-        """A database time on this process's clock (a Celery ETA the consumer compares
-        with its own clock)."""
+        """A database time on this process's clock."""
         return database - self._offset
+
+    def local_eta(self, due: datetime) -> datetime:
+        """A Celery ETA for ``due`` (a database time) on this process's clock, which
+        the consumer compares with its own: late by up to two measurement errors (this
+        process's and a consumer's, measured alike) so never early by either; a hint
+        that still comes early is refused by the claim (R6)."""
+        return due - self._offset + 2 * self._uncertainty
 
     def measure(self) -> bool:
         """Measure the offset now; False (the last offset kept, one line logged) when
-        the database could not be asked."""
-        before = self._local()
-        started = self._monotonic()
-        try:
-            theirs = self._read()
-        except Exception as error:  # the database is away: keep what we had
-            self._next = self._monotonic() + self.retry_after
-            self._measured = True
-            log.warning(
-                "cannot read the database's clock (%s); keeping the offset %+.3f s",
-                type(error).__name__,
-                self._offset.total_seconds(),
-                extra={"event": "clock_unmeasured"},
-            )
-            return False
-        elapsed = self._monotonic() - started
+        the database could not be asked.
+
+        ``samples`` reads, the one with the shortest round trip kept (as NTP does): the
+        first read of a process also opens its connection, and the database reads its
+        clock at the end of that, not halfway through."""
+        best: tuple[float, timedelta] | None = None
+        for _ in range(self.samples):
+            before = self._local()
+            started = self._monotonic()
+            try:
+                theirs = self._read()
+            except Exception as error:  # the database is away: keep what we had
+                self._next = self._monotonic() + self.retry_after
+                self._measured = True
+                log.warning(
+                    "cannot read the database's clock (%s); keeping the offset %+.3f s",
+                    type(error).__name__,
+                    self._offset.total_seconds(),
+                    extra={"event": "clock_unmeasured"},
+                )
+                return False
+            elapsed = self._monotonic() - started
+            if theirs is None:  # the same clock as ours: nothing to measure, ever
+                self._measured = True
+                self._offset = timedelta(0)
+                self._uncertainty = timedelta(0)
+                self._next = math.inf
+                return True
+            # The database read its clock about halfway through the round trip.
+            offset = theirs - (before + timedelta(seconds=elapsed / 2))
+            if best is None or elapsed < best[0]:
+                best = (elapsed, offset)
+        assert best is not None
         self._measured = True
-        if theirs is None:  # the same clock as ours: nothing to measure, ever
-            self._offset = timedelta(0)
-            self._next = math.inf
-            return True
-        # The database read its clock about halfway through the round trip.
-        self._offset = theirs - (before + timedelta(seconds=elapsed / 2))
+        self._offset = best[1]
+        self._uncertainty = timedelta(seconds=best[0] / 2)
         self._next = self._monotonic() + self.every
         if abs(self._offset - self._logged) >= NOTABLE:
             self._logged = self._offset

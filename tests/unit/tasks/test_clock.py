@@ -38,6 +38,7 @@ class FakeTime:
         self.reads = 0
         self.failing = False
         self.ahead = SKEW
+        self.setup = 0.0  # the next read's connection set-up, before the database reads
 
     def local(self) -> datetime:
         return self.wall
@@ -53,14 +54,20 @@ class FakeTime:
         self.reads += 1
         if self.failing:
             raise ConnectionError("the database is away")
-        self.advance(self.trip / 2)
+        self.advance(self.setup + self.trip / 2)
+        self.setup = 0.0
         theirs = self.wall + self.ahead
         self.advance(self.trip / 2)
         return theirs
 
-    def clock(self, every: float = 45.0) -> Clock:
+    def clock(self, every: float = 45.0, samples: int = 1) -> Clock:
         return Clock(
-            self.database, every=every, retry_after=5.0, local=self.local, monotonic=self.monotonic
+            self.database,
+            every=every,
+            retry_after=5.0,
+            samples=samples,
+            local=self.local,
+            monotonic=self.monotonic,
         )
 
 
@@ -74,6 +81,17 @@ def test_the_offset_is_the_database_minus_the_midpoint_of_the_round_trip() -> No
     assert now == fake.wall + SKEW
     assert clock.to_database(fake.wall) == fake.wall + SKEW
     assert clock.to_local(fake.wall + SKEW) == fake.wall
+    assert clock.uncertainty == timedelta(seconds=0.2)
+
+
+def test_the_shortest_round_trip_of_the_samples_is_kept() -> None:
+    fake = FakeTime(trip=0.002)
+    fake.setup = 0.8  # the first read opens the connection: the database answers late
+    clock = fake.clock(samples=2)
+    clock.now()
+    assert fake.reads == 2
+    assert abs(clock.offset - SKEW) < timedelta(milliseconds=1)  # not 0.4 s off
+    assert clock.uncertainty == timedelta(seconds=0.001)
 
 
 def test_measured_again_only_when_due_never_per_call() -> None:
@@ -179,4 +197,6 @@ def test_an_eta_goes_out_on_the_publishers_own_clock() -> None:
     publisher = Publisher(App(), Settings(max_eta=10, eta_jitter=0.0), clock)
     now = clock.now()  # the database's time
     assert publisher.execute("clock/eta", now + timedelta(seconds=3), now)
-    assert sent == [fake.wall + timedelta(seconds=3)]  # 3 s from now on the local clock
+    # 3 s from now on the local clock, and never early by the offset's error (twice
+    # half the 0.2 s round trip: this process's and a consumer's).
+    assert sent == [fake.wall + timedelta(seconds=3.2)]
