@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -84,6 +85,7 @@ class Clock:
         self._measured = False  # a measurement (or a failed one) happened
         self._next = -math.inf  # monotonic time of the next measurement
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     @property
     def offset(self) -> timedelta:
@@ -134,9 +136,10 @@ class Clock:
                 self._next = self._monotonic() + self.retry_after
                 self._measured = True
                 log.warning(
-                    "cannot read the database's clock (%s); keeping the offset %+.3f s",
+                    "cannot read the database's clock (%s); this process's clock is still "
+                    "taken as %+.3f s off it",
                     type(error).__name__,
-                    self._offset.total_seconds(),
+                    -self._offset.total_seconds(),
                     extra={"event": "clock_unmeasured"},
                 )
                 return False
@@ -166,6 +169,8 @@ class Clock:
         return True
 
     def _measure_when_due(self) -> None:
+        if self._pid != os.getpid():  # forked (beat's process too): the lock may be held
+            self.after_fork()
         if not self._measured:
             with self._lock:  # the first use waits for the first measurement
                 if not self._measured:
@@ -182,6 +187,7 @@ class Clock:
         """A new process keeps the offset (the same machine clock) and measures again
         at its next due time."""
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
 
 def on_database_clock(outcome: Executed | LookedUp, offset: timedelta) -> Executed | LookedUp:

@@ -122,7 +122,7 @@ def test_a_failed_measurement_keeps_the_last_offset_and_logs_one_line(
         for _ in range(100):
             clock.now()  # not asked again before the retry is due
     failed = [r for r in caplog.records if getattr(r, "event", None) == "clock_unmeasured"]
-    assert len(failed) == 1 and "+30.000 s" in failed[0].getMessage()
+    assert len(failed) == 1 and "-30.000 s off" in failed[0].getMessage()
     assert fake.reads == 2
     fake.failing = False
     fake.ahead = timedelta(seconds=31)
