@@ -43,6 +43,7 @@ from toolsafe.celeryconfig import (
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.broker_watch import RedisBrokerWatch
+from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.liveness import Heartbeat
 from toolsafe.tasks.logs import JsonFormatter
@@ -67,11 +68,19 @@ _PUBLISH_BATCH = 200
 
 class Publisher:
     """Publishes hints; an ETA only up to ``max_eta`` (R6), jittered so retries spread.
-    A longer delay is not published: the release timer sends it later (``release``)."""
+    A longer delay is not published: the release timer sends it later (``release``).
 
-    def __init__(self, app: Any, settings: Settings) -> None:
+    Due times and ``now`` are the database's (``tasks/clock.py``), but Celery compares an
+    ETA with the consuming worker's own clock: the ETA goes out on this process's clock
+    (``clock.local_eta``: never early by the offset's measurement error). A consumer
+    whose clock is off this one's runs the hint that much early or late: early, the
+    claim re-checks the due time in the database and does nothing (R6; the sweeper
+    sends the hint again once it is due); late is only late."""
+
+    def __init__(self, app: Any, settings: Settings, clock: Clock | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.clock = clock
         # Seeded by the OS on every call: forked workers must not jitter in lockstep.
         self._rng: random.Random = random.SystemRandom()
         # The sweeper's view of what the broker lost (a marker key in the broker's db).
@@ -98,6 +107,8 @@ class Publisher:
         tool: str | None,
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
+        if eta is not None and self.clock is not None:
+            eta = self.clock.local_eta(eta)
         if publish:
             # The publisher's trace context rides in the message's headers (docs/tracing.md).
             carried = tracing.headers()
@@ -180,7 +191,7 @@ class ToolsafeApp(Celery):  # type: ignore[misc]
         super().__init__(main, set_as_current=False)
         self.conf.update(build_config(settings))
         self.runtime = Runtime(settings)
-        self.publisher = Publisher(self, settings)
+        self.publisher = Publisher(self, settings, self.runtime.clock)
         self._handlers: list[tuple[str, Handler]] | None = None
         self.release_timer: ReleaseTimer | None = None  # in beat's process only
         self.heartbeat: Heartbeat | None = None  # in a worker's main process only

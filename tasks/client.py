@@ -41,7 +41,7 @@ from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app
 from toolsafe.tasks.pipeline import Hints
-from toolsafe.tasks.runtime import Runtime, utcnow
+from toolsafe.tasks.runtime import Runtime
 from toolsafe.tasks.submit_group import SubmitGroup
 from toolsafe.tasks.views import StepView, build_view
 
@@ -206,13 +206,13 @@ class Client:
             return self._submit_alone(call, actor)
         if shared.event is not None:
             return Submission(build_view(shared.step, (shared.event,)), True)
-        return self._repeated(shared.step, utcnow())
+        return self._repeated(shared.step, self.runtime.now())
 
     def _commit_group(self, calls: Sequence[NewStep], actor: str | None) -> list[Submitted]:
         """The shared transaction of concurrent submits (``SubmitGroup``'s leader runs
         it): ``submit_many``'s one commit, then the new steps' hints in one batch."""
         runtime = self.runtime
-        now = utcnow()
+        now = self.runtime.now()
         submitted = runtime.store.submit_many(calls, now=now, published_at=now, actor=actor)
         for one in submitted:
             runtime.faults.hit("after_submit_commit", one.step.operation_ref)
@@ -228,7 +228,7 @@ class Client:
     def _submit_alone(self, call: NewStep, actor: str | None) -> Submission:
         runtime = self.runtime
         tool, operation_ref = call.tool, call.operation_ref
-        now = utcnow()
+        now = self.runtime.now()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
         # hint published right after. Should that publish be lost, the sweeper
         # re-publishes once ``republish_after`` has passed since the stamp (R7).
@@ -274,7 +274,7 @@ class Client:
             except ToolsafeError as error:
                 in_batch(error, index)
                 raise
-        now = utcnow()
+        now = self.runtime.now()
         submitted = runtime.store.submit_many(prepared, now=now, published_at=now, actor=actor)
         for one in submitted:
             runtime.faults.hit("after_submit_commit", one.step.operation_ref)
@@ -320,7 +320,7 @@ class Client:
             and self._unpublished(step, now)
             and self._publish_after_commit(step.operation_ref, now, step.tool)
         ):
-            self.runtime.store.mark_published(step.operation_ref, utcnow())
+            self.runtime.store.mark_published(step.operation_ref, self.runtime.now())
         return Submission(self.view(step.operation_ref), False)
 
     def _publish_many(
@@ -476,7 +476,7 @@ class Client:
             validate=adapter.validate,
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),
-            now=utcnow(),
+            now=self.runtime.now(),
             actor=actor,
         )
         return self._after(recorded)
@@ -485,7 +485,11 @@ class Client:
         """Cancel a waiting step; ``by`` (who asks) defaults to ``"agent"``."""
         step = self.runtime.store.get(operation_ref)
         recorded = self.runtime.store.cancel(
-            operation_ref, by=by or "agent", reason=reason, now=utcnow(), **self._rules(step)
+            operation_ref,
+            by=by or "agent",
+            reason=reason,
+            now=self.runtime.now(),
+            **self._rules(step),
         )
         return self._after(recorded)
 
@@ -501,7 +505,7 @@ class Client:
             if step.state in TERMINAL_STATES:
                 return self.view(operation_ref)
         self.runtime.store.request_cancel(
-            operation_ref, by=by or "agent", reason=reason, now=utcnow()
+            operation_ref, by=by or "agent", reason=reason, now=self.runtime.now()
         )
         # The worker may have recorded its outcome between the refusal and the request
         # (and so not seen it): the request applies to a step that waits now, too.
@@ -518,7 +522,7 @@ class Client:
             approver=approver,
             reason=reason,
             input_hash=step.input_hash,
-            now=utcnow(),
+            now=self.runtime.now(),
             **self._rules(step),
         )
         return self._after(recorded)
@@ -526,7 +530,11 @@ class Client:
     def reject(self, operation_ref: str, approver: str, reason: str) -> StepView:
         step = self.runtime.store.get(operation_ref)
         recorded = self.runtime.store.reject(
-            operation_ref, approver=approver, reason=reason, now=utcnow(), **self._rules(step)
+            operation_ref,
+            approver=approver,
+            reason=reason,
+            now=self.runtime.now(),
+            **self._rules(step),
         )
         return self._after(recorded)
 
@@ -588,7 +596,7 @@ class Client:
             operator=operator,
             reason=reason,
             to=to,
-            now=utcnow(),
+            now=self.runtime.now(),
             evidence=evidence,
             confirm_not_written=confirm_not_written,
             **self._rules(step),
@@ -604,7 +612,7 @@ class Client:
     def _after(self, recorded: Recorded) -> StepView:
         ref = recorded.step.operation_ref
         try:
-            pipeline.carry_out(self.runtime, self.hints, recorded, utcnow(), inject=False)
+            pipeline.carry_out(self.runtime, self.hints, recorded, self.runtime.now(), inject=False)
         except (KombuOperationalError, OSError) as error:
             # The change is committed: that is the answer. The sweeper publishes the due
             # work whose hint did not go out (R7).

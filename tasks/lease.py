@@ -20,7 +20,7 @@ from datetime import timedelta
 from toolsafe.recovery.owners import LeaseOwner, provably_gone, this_process
 from toolsafe.recovery.states import LEASED
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound
-from toolsafe.tasks.runtime import Runtime, utcnow
+from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.lease")
 
@@ -132,7 +132,9 @@ class Heartbeat:
             claim = hold.claim
             lease = timedelta(seconds=hold.lease)
             try:
-                renewed = self.runtime.store.renew_lease(claim.step, claim.owner, lease, utcnow())
+                renewed = self.runtime.store.renew_lease(
+                    claim.step, claim.owner, lease, self.runtime.now()
+                )
             except Exception as error:  # the database is away: try again, the lease runs on
                 log.warning(
                     "lease renewal failed: %s",
@@ -186,7 +188,7 @@ def recover_if_owner_gone(runtime: Runtime, operation_ref: str) -> Recorded | No
     if not provably_gone(step.lease_owner):
         return None
     return runtime.store.expire_lease_of_dead_owner(
-        operation_ref, step.lease_owner, utcnow(), runtime.traits_for, runtime.policy_for
+        operation_ref, step.lease_owner, runtime.now(), runtime.traits_for, runtime.policy_for
     )
 
 
@@ -202,7 +204,7 @@ def recover_process(runtime: Runtime, owner_prefix: str) -> list[Recorded]:
         if owner is None or not provably_gone(owner):
             continue
         recorded = runtime.store.expire_lease_of_dead_owner(
-            step.operation_ref, owner, utcnow(), runtime.traits_for, runtime.policy_for
+            step.operation_ref, owner, runtime.now(), runtime.traits_for, runtime.policy_for
         )
         if recorded is not None:
             recovered.append(recorded)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from celery import Celery
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,12 +22,19 @@ log = logging.getLogger("toolsafe.liveness")
 
 
 class Heartbeat:
-    """Renews ``name``'s row every ``interval`` seconds until ``stop()``."""
+    """Renews ``name``'s row every ``interval`` seconds until ``stop()``, stamped by
+    ``now`` (the runtime's: the database's clock)."""
 
     def __init__(
-        self, registry: WorkersPort, name: str, queues: Sequence[str], interval: float
+        self,
+        registry: WorkersPort,
+        name: str,
+        queues: Sequence[str],
+        interval: float,
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         self.registry = registry
+        self.now = now
         self.name = name
         self.queues = tuple(queues)
         self.interval = interval
@@ -41,7 +49,7 @@ class Heartbeat:
         backend = runtime.backend
         if not backend.has("workers"):
             return None
-        return cls(backend.workers, name, queues, runtime.settings.heartbeat_interval)
+        return cls(backend.workers, name, queues, runtime.settings.heartbeat_interval, runtime.now)
 
     def start(self) -> Heartbeat:
         self._beat()  # the first one before the worker says it is ready
@@ -51,7 +59,7 @@ class Heartbeat:
     def _beat(self) -> None:
         try:
             with fork_guard():
-                self.registry.beat(self.name, os.getpid(), self.queues, now=utcnow())
+                self.registry.beat(self.name, os.getpid(), self.queues, now=self.now())
         except SQLAlchemyError as error:
             # One line per outage: the next beat that works says so.
             if not self._failing:

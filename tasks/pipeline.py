@@ -25,6 +25,7 @@ from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.broker_watch import BrokerWatch
+from toolsafe.tasks.clock import on_database_clock
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
 from toolsafe.tasks.lease import Hold, heartbeat_for, recover_if_owner_gone
@@ -162,7 +163,7 @@ def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
     if recorded is None:
         return False
     _event("owner_gone", operation_ref, state=str(recorded.step.state))
-    carry_out(runtime, hints, recorded, utcnow())
+    carry_out(runtime, hints, recorded, runtime.now())
     return True
 
 
@@ -185,7 +186,7 @@ def _claim(
     lease = timedelta(seconds=runtime.settings.lease)
     claimed_at = time.monotonic()
     with tracing.span("toolsafe.claim", {"toolsafe.claim.kind": kind}) as traced:
-        claim = claim_for(operation_ref, runtime.owner, lease, utcnow())
+        claim = claim_for(operation_ref, runtime.owner, lease, runtime.now())
         traced.set("toolsafe.claim.result", "noop" if claim is None else "claimed")
     if claim is None:
         if _owner_gone(runtime, hints, operation_ref):
@@ -331,6 +332,7 @@ def _verify_claimed(
             ):
                 found, redactions = call_lookup_recorded(runtime.adapter(step.tool), operation_ref)
         else:
+            # Stamped like an adapter's answer (this process's clock): _record moves it.
             found = LookupUnavailable(checked_at=utcnow(), code=lookup_codes.LOOKUP_UNKNOWN_TOOL)
         traced.set("toolsafe.lookup.result", type(found).__name__)
     finally:
@@ -367,10 +369,10 @@ def _record(
     with tracing.span("toolsafe.record") as traced:
         recorded = runtime.store.record(
             claim,
-            outcome,
+            on_database_clock(outcome, runtime.clock.offset),
             traits=runtime.traits_for(tool),
             policy=runtime.policy_for(tool),
-            now=utcnow(),
+            now=runtime.now(),
             rng=runtime.rng,
         )
         if recorded is not None:
@@ -392,7 +394,7 @@ def _record(
     _event(event, ref, state=state, action=recorded.decision.action, **fields)
     # Follow-up hints published here carry this trace (a retry, a verification).
     with tracing.span("toolsafe.decision", {"toolsafe.decision.action": recorded.decision.action}):
-        return carry_out(runtime, hints, recorded, utcnow())
+        return carry_out(runtime, hints, recorded, runtime.now())
 
 
 def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
@@ -419,7 +421,7 @@ def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
             reason=reason if isinstance(reason, str) else "cancel requested",
             traits=runtime.traits_for(step.tool),
             policy=runtime.policy_for(step.tool),
-            now=utcnow(),
+            now=runtime.now(),
         )
     except TransitionRefused:  # it moved on meanwhile; what it is now stands
         return recorded
@@ -441,7 +443,7 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
     if step.state is not StepState.ESCALATED:
         # Resolved before the notification ran: nothing to tell.
         for stale in owed:
-            store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
+            store.outbox.acknowledge(stale.id, runtime.now(), "step_moved_on")
         _event("escalation_noop", operation_ref)
         return "noop"
     if not owed:
@@ -450,13 +452,13 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
         return "noop"
     *earlier, current = owed
     for stale in earlier:  # escalations the step has since left (re-driven, escalated again)
-        store.outbox.acknowledge(stale.id, utcnow(), "step_moved_on")
+        store.outbox.acknowledge(stale.id, runtime.now(), "step_moved_on")
     notice = EscalationNotice.from_step(step, store.events(operation_ref), current.dedup_key)
     failed = notify(handlers, notice)
     if failed:
         _event("escalation_unacknowledged", operation_ref, failed=",".join(failed))
         return "handler_failed"
-    store.outbox.acknowledge(current.id, utcnow())
+    store.outbox.acknowledge(current.id, runtime.now())
     return "notified"
 
 
@@ -478,7 +480,7 @@ def sweep(
     """
     store = runtime.store
     settings = runtime.settings
-    now = utcnow()
+    now = runtime.now()
     expired = store.expire_leases(
         now, runtime.traits_for, runtime.policy_for, limit=settings.sweep_batch
     )

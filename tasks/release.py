@@ -24,7 +24,7 @@ import threading
 from typing import Final
 
 from toolsafe.tasks import pipeline
-from toolsafe.tasks.runtime import Runtime, utcnow
+from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.release")
 
@@ -65,7 +65,7 @@ class ReleaseTimer:
     def release_once(self) -> int:
         """One release; a failure (database or broker down) is logged, never raised."""
         try:
-            released = pipeline.release(self.runtime, self.hints, utcnow())
+            released = pipeline.release(self.runtime, self.hints, self.runtime.now())
         except Exception as error:  # the timer outlives outages; the next tick retries
             if not self._failing:
                 log.warning(

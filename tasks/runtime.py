@@ -4,6 +4,10 @@ The store is opened lazily from its URL (``open_store``: the backend its scheme 
 and again after a fork, so a prefork worker child never shares its parent's
 connections. A backend handed in (the in-memory one of the unit tests) is used as it
 is, and never closed here.
+
+``runtime.now()`` is the one clock every ``now`` handed to the store or to ``decide``
+comes from: the database's time, as this process measures it (``tasks/clock.py``).
+``utcnow()`` is this process's own wall clock, for what never meets the store's times.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from toolsafe.recovery.secrets import SecretBox, open_without_keys
 from toolsafe.recovery.store import Backend, StoreOptions, StorePort, open_store
 from toolsafe.recovery.store.feed import Feed
 from toolsafe.settings import Settings
+from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.faults import Faults
 
 _RUNTIMES: weakref.WeakSet[Runtime] = weakref.WeakSet()
 
 
 def utcnow() -> datetime:
+    """This process's own wall clock; the store's times use ``Runtime.now()``."""
     return datetime.now(UTC)
 
 
@@ -55,6 +61,8 @@ class Runtime:
         # Built once per tool: the settings never change, and this is on the hot path.
         self._policies: dict[str, Policy] = {}
         self.secret_box = SecretBox(settings.secret_keys) if settings.secret_keys else None
+        # The database's clock, measured from this process (offset 0 on a same-host store).
+        self.clock = Clock(self._database_time)
         _RUNTIMES.add(self)
 
     @property
@@ -84,6 +92,19 @@ class Runtime:
                 self._backend = open_store(self.settings.database_url, options)
             return self._backend
 
+    def now(self) -> datetime:
+        """The database's time now: what every ``now`` handed to the store or to
+        ``decide`` is (``tasks/clock.py``)."""
+        return self.clock.now()
+
+    def _database_time(self) -> datetime | None:
+        """The database's time, or None when its clock is this machine's (SQLite, the
+        memory store) or the backend cannot tell (no ``clock`` feature)."""
+        backend = self.backend
+        if not backend.has("clock") or backend.clock.same_host:
+            return None
+        return backend.clock.database_time()
+
     @property
     def store(self) -> StorePort:
         return self.backend.steps
@@ -103,6 +124,7 @@ class Runtime:
         """Drop what the parent process opened; called in each new worker process."""
         with self._lock:
             self._forget_store()
+        self.clock.after_fork()
 
     def close(self) -> None:
         """Close this process's database connections (the runtime stays usable)."""

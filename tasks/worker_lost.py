@@ -25,7 +25,7 @@ from celery.worker.request import Request
 from toolsafe.recovery.owners import process_info
 from toolsafe.tasks.lease import owner_prefix, recover_process
 from toolsafe.tasks.pipeline import Hints, carry_out
-from toolsafe.tasks.runtime import Runtime, utcnow
+from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.lease")
 
@@ -113,7 +113,7 @@ def _recover(app: WorkerApp, runtime: Runtime, pid: int) -> int:
                 "state": str(recorded.step.state),
             },
         )
-        carry_out(runtime, app.publisher, recorded, utcnow())
+        carry_out(runtime, app.publisher, recorded, runtime.now())
     return len(recovered)
 
 

@@ -10,7 +10,7 @@ program with :func:`register_store`. An opener takes the URL and :class:`StoreOp
 and returns a :class:`Backend`.
 
 A feature the backend lacks (``keys``, ``overview``, ``tally``, ``retention``,
-``workers``) raises
+``workers``, ``clock``) raises
 :class:`~toolsafe.recovery.store.errors.FeatureMissing`, naming the backend and the
 feature, when it is asked for.
 """
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Final, TypeVar
 
+from toolsafe.recovery.store.clock import ClockPort
 from toolsafe.recovery.store.errors import FEATURES, FeatureMissing, UnknownStore
 from toolsafe.recovery.store.feed import Feed
 from toolsafe.recovery.store.keys import KeysPort
@@ -75,6 +76,7 @@ class Backend:
         tally: TallyPort | None = None,
         retention: RetentionPort | None = None,
         workers: WorkersPort | None = None,
+        clock: ClockPort | None = None,
         close: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
@@ -84,6 +86,7 @@ class Backend:
         self._tally = tally
         self._retention = retention
         self._workers = workers
+        self._clock = clock
         self._close = close
 
     @property
@@ -120,6 +123,12 @@ class Backend:
         """The workers' heartbeats."""
         return self._feature("workers", self._workers)
 
+    @property
+    def clock(self) -> ClockPort:
+        """The database's time (``toolsafe.tasks.clock`` measures this process's offset
+        from it)."""
+        return self._feature("clock", self._clock)
+
     def has(self, feature: str) -> bool:
         """Whether the backend has ``feature`` (one of ``errors.FEATURES``)."""
         if feature not in FEATURES:
@@ -130,6 +139,7 @@ class Backend:
             "tally": self._tally,
             "retention": self._retention,
             "workers": self._workers,
+            "clock": self._clock,
         }
         return found[feature] is not None
 

@@ -83,6 +83,7 @@ FEATURES: dict[str, str] = {
     "tally": "the metrics exporter's reading of the event log",
     "retention": "purge and re-sealing of stored inputs",
     "workers": "the workers' heartbeats (the gateway's no_worker answer, toolsafe workers)",
+    "clock": "the database's time, which leases and due times are judged by",
 }
 """A backend's optional features, each with what needs it."""
 _NEEDED: dict[str, str] = {**FEATURES, "migrations": "a database schema for toolsafe migrate"}

@@ -17,7 +17,6 @@ from toolsafe.recovery.store.workers import WorkerBeat, WorkersPort
 from toolsafe.settings import Settings
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client
-from toolsafe.tasks.runtime import utcnow
 
 LIVENESS_SECONDS: Final = 1.0
 """How long the gateway reuses its reading of the workers' heartbeats."""
@@ -47,7 +46,7 @@ class Gateway:
             return None
         now = time.monotonic()
         if self._live is None or now - self._live[0] >= LIVENESS_SECONDS:
-            self._live = (now, self.workers.live(utcnow(), self.settings.lease))
+            self._live = (now, self.workers.live(self.client.runtime.now(), self.settings.lease))
         return self._live[1]
 
     def wait_for(self, requested: float) -> float:

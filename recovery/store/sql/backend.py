@@ -1,11 +1,13 @@
 """The SQL backend as :func:`~toolsafe.recovery.store.backend.open_store` opens it for
 ``postgresql://`` (and its driver forms) and ``sqlite://`` URLs: the step store on a new
-engine, with every optional feature (keys, overview, tally, retention, workers)."""
+engine, with every optional feature (keys, overview, tally, retention, workers,
+clock)."""
 
 from __future__ import annotations
 
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.backend import Backend, StoreOptions
+from toolsafe.recovery.store.sql.clock import SqlClock
 from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.recovery.store.sql.overview import Overview
 from toolsafe.recovery.store.sql.retention import SqlRetention
@@ -27,6 +29,7 @@ def sql_backend(store: StepStore, *, dispose: bool = True) -> Backend:
         tally=SqlTally(store),
         retention=SqlRetention(store),
         workers=WorkerRegistry(engine),
+        clock=SqlClock(engine),
         close=engine.dispose if dispose else None,
     )
 

@@ -29,7 +29,6 @@ from toolsafe.recovery.states import RESOLUTION_TARGETS, WAITING, StepState
 from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.overview import Count, OverviewPort, StepFilter
 from toolsafe.tasks.liveness import queue_depths
-from toolsafe.tasks.runtime import utcnow
 from toolsafe.tasks.views import build_view, redacted_input, safe_envelope
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -80,7 +79,7 @@ def _render(
         session=session,
         csrf=csrf,
         development=ui.sessions.development,
-        now=utcnow(),
+        now=ui.gateway.client.runtime.now(),  # due times are the database's
         **context,
     )
     response = HTMLResponse(html, status_code=status)
