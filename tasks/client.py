@@ -19,27 +19,19 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from toolsafe import tracing
 from toolsafe.adapters.catalogue import Catalogue
-from toolsafe.adapters.errors import (
-    INPUT_NOT_AN_OBJECT,
-    INPUT_NOT_JSON,
-    INPUT_TOO_LARGE,
-    ToolsafeError,
-)
 from toolsafe.adapters.errors import InvalidInput as InvalidInput
-from toolsafe.adapters.json_input import check_input
-from toolsafe.adapters.protocol import Adapter, FieldError
+from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.recovery import reasons as R
-from toolsafe.recovery.canonical import canonical_json, input_hash
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.records import NewStep
-from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.states import TERMINAL as TERMINAL_STATES
 from toolsafe.recovery.store import Recorded, StepRecord, Submitted
 from toolsafe.recovery.store.submission import in_batch
-from toolsafe.settings import Settings, SettingsError
+from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app
+from toolsafe.tasks.new_step import canonical_input, check_shape, new_step, sealed
 from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime
 from toolsafe.tasks.submit_group import SubmitGroup
@@ -81,10 +73,6 @@ class Submission(NamedTuple):
 
     view: StepView
     created: bool
-
-
-def _errors(found: list[FieldError]) -> tuple[tuple[str, str], ...]:
-    return tuple((error.field, error.code) for error in found)
 
 
 class Client:
@@ -185,7 +173,7 @@ class Client:
     def _submit_call(
         self, tool: str, input: Mapping[str, Any], operation_ref: str | None, actor: str | None
     ) -> Submission:
-        call = self._new_step(tool, input, operation_ref)
+        call = new_step(self.runtime, tool, input, operation_ref)
         group = self._group
         if group is None:
             return self._submit_alone(call, actor)
@@ -270,7 +258,7 @@ class Client:
         for index, (tool, input, *rest) in enumerate(calls):
             operation_ref = rest[0] if rest else None
             try:
-                prepared.append(self._new_step(tool, input, operation_ref))
+                prepared.append(new_step(self.runtime, tool, input, operation_ref))
             except ToolsafeError as error:
                 in_batch(error, index)
                 raise
@@ -287,30 +275,6 @@ class Client:
             else self._repeated(one.step, now)
             for one in submitted
         ]
-
-    def _new_step(self, tool: str, input: Mapping[str, Any], operation_ref: str | None) -> NewStep:
-        """The call as the store takes it: validated, canonical, secrets sealed, hashed
-        (``UnknownToolError``, ``InvalidInput`` when it cannot be submitted)."""
-        runtime = self.runtime
-        adapter = runtime.adapter(tool)
-        raw_size = self._check_shape(tool, input)
-        problems = adapter.validate(input)
-        if problems:
-            raise InvalidInput(tool, _errors(problems))
-        canonical = self._canonical(tool, adapter, input)
-        stored, hashes = self._sealed(tool, adapter, canonical)
-        if not adapter.secret_fields() and raw_size:
-            # Steps stored before inputs were canonical carry the hash of the raw input.
-            hashes.append(input_hash(input))
-        return NewStep(
-            tool,
-            stored,
-            operation_ref,
-            runtime.policy_for(tool),
-            digest=hashes[0],
-            equivalent_hashes=hashes[1:],
-            same_input=lambda found: self._opens_to(found, canonical),
-        )
 
     def _repeated(self, step: StepRecord, now: datetime) -> Submission:
         """A repeat of a stored step: an earlier submitter committed it but may have died
@@ -359,59 +323,6 @@ class Client:
                 extra={"event": "publish_deferred", "operation_ref": operation_ref},
             )
             return False
-
-    def _check_shape(self, tool: str, input: object) -> int:
-        """A JSON object within toolsafe's own size limit, or ``InvalidInput``; its size."""
-        if not isinstance(input, Mapping):
-            raise InvalidInput(tool, (("input", INPUT_NOT_AN_OBJECT),), INPUT_NOT_AN_OBJECT)
-        check_input(tool, input)
-        try:
-            size = len(canonical_json(input).encode("utf-8"))
-        except (TypeError, ValueError, RecursionError):
-            # Keys or values JSON cannot carry (a set, NaN, a nested object too deep).
-            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
-        limit = self.runtime.settings.max_input_bytes
-        if size > limit:
-            raise InvalidInput(
-                tool, (("input", f"{INPUT_TOO_LARGE} > {limit} bytes"),), INPUT_TOO_LARGE
-            )
-        return size
-
-    def _canonical(
-        self, tool: str, adapter: Adapter[Any], input: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """The input as the adapter's model reads it (``42.0`` is ``42``, defaults made
-        explicit): what is stored, and what decides whether a repeat is the same call."""
-        try:
-            canonical = adapter.canonical_input(input)
-        except (TypeError, ValueError) as error:
-            raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from error
-        self._check_shape(tool, canonical)
-        return canonical
-
-    def _opens_to(self, stored: dict[str, Any], canonical: dict[str, Any]) -> bool:
-        """Whether a stored input is ``canonical`` once its secrets are opened."""
-        try:
-            return self.runtime.open_input(stored) == canonical
-        except SecretKeyError:
-            return False
-
-    def _sealed(
-        self, tool: str, adapter: Adapter[Any], canonical: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str]]:
-        """What is stored: secret fields sealed; and the input's hashes, the one to store
-        first (secret values enter them as an HMAC, never in the clear)."""
-        secret = adapter.secret_fields()
-        if not secret:
-            return canonical, [input_hash(canonical)]
-        box = self.runtime.secret_box
-        if box is None:
-            raise SettingsError(
-                "TOOLSAFE_SECRET_KEYS",
-                f"tool {tool} has secret input fields ({', '.join(sorted(secret))}); they are "
-                "stored encrypted, so a key is required (`toolsafe secrets new-key`)",
-            )
-        return box.seal(canonical, secret), box.hashes(canonical, secret)
 
     def _unpublished(self, step: StepRecord, now: datetime) -> bool:
         """No hint, or none recent enough to trust, was published for the step."""
@@ -462,11 +373,11 @@ class Client:
         runtime = self.runtime
         step = runtime.store.get(operation_ref)
         adapter = runtime.adapter(step.tool)
-        self._check_shape(step.tool, new_input)
+        check_shape(runtime, step.tool, new_input)
         corrected = dict(new_input)
         if not adapter.validate(new_input):
-            corrected = self._canonical(step.tool, adapter, new_input)
-        stored, hashes = self._sealed(step.tool, adapter, corrected)
+            corrected = canonical_input(runtime, step.tool, adapter, new_input)
+        stored, hashes = sealed(runtime, step.tool, adapter, corrected)
         recorded = runtime.store.provide_input(
             operation_ref,
             corrected,
