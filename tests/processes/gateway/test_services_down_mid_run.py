@@ -222,7 +222,10 @@ def test_the_store_going_down_mid_run(midrun: MidRun) -> None:
         # event stream hold on it when the store goes down.
         held = new_ref("midrun/store/held")
         ref = f"{NAMESPACE}/{held}"
-        cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=int(8 * factor))
+        # Long enough to outlast the set-up below, short enough for the long wait to see
+        # the step succeed within its 60 s (TOOLSAFE_GATEWAY_MAX_WAIT).
+        rate_limited = min(int(8 * factor), 20)
+        cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=rate_limited)
         assert submit(http, held).status_code == 201
         cluster.wait_for(lambda: midrun.state(ref) is S.WAITING_RETRY, what="the rate limit")
         follower = Follower(holder, f"/v1/calls/{held}/events").start()
