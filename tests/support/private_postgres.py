@@ -73,6 +73,14 @@ class PrivateCluster:
     def run(self, action: str) -> None:
         subprocess.run(self._pg_ctl(action), check=True, capture_output=True, timeout=90)
 
+    def kill(self) -> None:
+        """Stop the server at once (``pg_ctl stop -m immediate``: every connection dropped,
+        no shutdown checkpoint, as a crash); ``run("start")`` brings it back."""
+        stop = self._pg_ctl("stop")
+        subprocess.run(
+            [*stop[:-1], "-m", "immediate", "stop"], check=True, capture_output=True, timeout=90
+        )
+
     def create_database(self, name: str) -> str:
         import psycopg
 

@@ -2,7 +2,8 @@
 
 Each event row is one SSE event (``id`` = the event's id, ``event`` = its kind, ``data``
 = its safe view as JSON); the stream ends with ``event: end`` at a terminal state, or
-after ``TOOLSAFE_GATEWAY_MAX_WAIT`` seconds (reconnect with ``Last-Event-ID``).
+after ``TOOLSAFE_GATEWAY_MAX_WAIT`` seconds, or when the store cannot be read (reconnect
+with ``Last-Event-ID``; that request is 503 ``STORE_UNAVAILABLE`` until the store is back).
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ from typing import Annotated, Final
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from toolsafe.gateway.auth import Caller
 from toolsafe.gateway.models import HistoryItem
-from toolsafe.gateway.problems import WAIT_OR_KEY_LIMIT, documented
+from toolsafe.gateway.problems import (
+    RETRY_AFTER_UNAVAILABLE,
+    WAIT_OR_KEY_LIMIT,
+    documented,
+    from_error,
+    log,
+)
 from toolsafe.gateway.routes.calls import PROBLEMS
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.states import TERMINAL
@@ -60,8 +68,22 @@ async def step_stream(state: Gateway, ref: str, after: int) -> AsyncIterator[str
     try:
         with state.client.runtime.feed.subscribe(ref) as changes:
             while True:
-                step = await run_in_threadpool(store.get, ref)
-                found = await run_in_threadpool(store.events, ref)
+                try:
+                    step = await run_in_threadpool(store.get, ref)
+                    found = await run_in_threadpool(store.events, ref)
+                except DBAPIError as error:
+                    if from_error(error).code != "STORE_UNAVAILABLE":
+                        raise
+                    # The answer has begun: no 503 can be sent now. End the stream as at
+                    # the wait limit (a complete response, not a broken one); the
+                    # reconnection with Last-Event-ID is 503 until the store is back.
+                    log.warning(
+                        "event stream of %s ended: the store cannot be reached",
+                        ref,
+                        extra={"event": "gateway_error", "code": "STORE_UNAVAILABLE"},
+                    )
+                    yield f": store unavailable\nretry: {RETRY_AFTER_UNAVAILABLE * 1000}\n\n"
+                    return
                 for event in found:
                     if event.id > last:
                         last = event.id
