@@ -12,6 +12,7 @@ const key = process.env.TOOLSAFE_KEY;
 const prefix = process.env.TOOLSAFE_REF_PREFIX;
 const INVOICE = { customer_id: "cus_1", amount_cents: 100, currency: "EUR" };
 
+// docs:start mcp-typescript
 async function connected() {
   const client = new Client({ name: "toolsafe-ts-test", version: "1.0.0" });
   const transport = new StreamableHTTPClientTransport(url, {
@@ -28,6 +29,7 @@ async function settled(client, name, args, ref) {
   }
   throw new Error(`${ref} is still in progress`);
 }
+// docs:end mcp-typescript
 
 test("tools, a call, its replay and a refused input", async () => {
   const client = await connected();
