@@ -3,6 +3,7 @@ and as JSON."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -174,6 +175,9 @@ class ChaosReport:
 
 
 def hide_password(url: str) -> str:
+    """The URL with its password shown as ``***``, in the user part or in the query
+    (libpq's ``?password=``, as a multi-host URL may carry it)."""
+    url = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")
     if not at or ":" not in credentials:
