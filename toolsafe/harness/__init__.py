@@ -16,6 +16,7 @@ from toolsafe.harness.processes import (
     spawn,
     stop_all,
 )
+from toolsafe.harness.replicated import ReplicatedPostgres, replicated_postgres
 from toolsafe.harness.waiting import wait_until
 from toolsafe.harness.workers import (
     BEAT_READY,
@@ -37,6 +38,7 @@ __all__ = [
     "HarnessError",
     "Process",
     "ProcessStartError",
+    "ReplicatedPostgres",
     "WaitTimeout",
     "WorkerOptions",
     "celery_command",
@@ -48,6 +50,7 @@ __all__ = [
     "group_cpu_seconds",
     "kill_db_connections",
     "redis_db",
+    "replicated_postgres",
     "restart_database",
     "spawn",
     "start_beat",
