@@ -52,6 +52,7 @@ def chaos(args: argparse.Namespace) -> int:
             db_kill_rounds=args.db_kill_rounds,
             db_restarts=args.db_restarts,
             redis_restarts=args.redis_restarts,
+            failovers=args.failovers,
             duplicates=args.duplicates,
             batch=args.batch,
         ),
@@ -68,6 +69,15 @@ def chaos(args: argparse.Namespace) -> int:
     )
     if config.size.db_restarts and not config.pg_restart_command:
         sys.stderr.write("toolsafe chaos: --db-restarts needs --pg-restart-command\n")
+        return 2
+    if config.size.failovers < 0:
+        sys.stderr.write("toolsafe chaos: --failovers must not be negative\n")
+        return 2
+    if config.size.failovers and (config.database is not None or config.size.db_restarts):
+        sys.stderr.write(
+            "toolsafe chaos: --failovers runs a PostgreSQL primary and standby of the run's "
+            "own; leave out --database and --db-restarts\n"
+        )
         return 2
     if config.size.redis_restarts < 0:
         sys.stderr.write("toolsafe chaos: --redis-restarts must not be negative\n")
@@ -97,7 +107,7 @@ def command_line(args: argparse.Namespace) -> str:
     words = ["toolsafe", "chaos"]
     for name in (
         "broker", "database", "steps", "workers", "kills", "broker_flushes", "db_kill_rounds",
-        "db_restarts", "redis_restarts", "pg_restart_command", "duplicates", "batch",
+        "db_restarts", "redis_restarts", "failovers", "pg_restart_command", "duplicates", "batch",
         "batch_interval", "max_in_progress", "seed", "bound",
     ):  # fmt: skip
         value = getattr(args, name)
@@ -156,6 +166,14 @@ def add_parser(commands: Any) -> None:
         default=0,
         help="kill -9 and start again the run's own Redis server (queues, unacked and ETA "
         "messages lost)",
+    )
+    ch.add_argument(
+        "--failovers",
+        type=int,
+        default=0,
+        help="run the database as a PostgreSQL primary and synchronous standby of the run's "
+        "own (a multi-host URL) and fail over this many times: primary killed, standby "
+        "promoted, a new standby cloned",
     )
     ch.add_argument(
         "--pg-restart-command",

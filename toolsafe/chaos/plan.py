@@ -124,6 +124,7 @@ ActionKind = Literal[
     "kill_db_connections",
     "restart_database",
     "duplicate",
+    "fail_over",
 ]
 
 
@@ -176,14 +177,15 @@ class ScheduleSize:
     db_kill_rounds: int = 1
     db_restarts: int = 0
     redis_restarts: int = 0  # kill -9 and start again of the run's own Redis server
+    failovers: int = 0  # the run's own PostgreSQL primary killed, its standby promoted
     duplicates: int = 60
     batch: int = 20
 
 
 def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) -> Schedule:
     """The whole run decided up front from the seed: scenarios, kills, broker flushes and
-    restarts, database connection kills and restarts and duplicate messages, in the order
-    they happen."""
+    restarts, database connection kills, restarts and failovers and duplicate messages, in
+    the order they happen."""
     if size.steps < 1 or size.batch < 1:
         raise ValueError("need at least one step and a batch of at least one")
     rng = random.Random(seed)
@@ -217,6 +219,13 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         if size.redis_restarts
         else []
     )
+    # Failovers strike while steps still arrive, from a generator of their own too.
+    failover_rng = random.Random(f"{seed}/failovers")
+    failover_after = (
+        _spread(failover_rng, max(len(batches) - 1, 1), size.failovers, earliest=1)
+        if size.failovers
+        else []
+    )
     duplicates_per_batch = _share(size.duplicates, len(batches))
     actions: list[Action] = []
     submitted: list[int] = []
@@ -235,6 +244,7 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         actions.extend(Action("flush_broker") for _ in range(flush_after.count(number)))
         actions.extend(Action("restart_database") for _ in range(restart_after.count(number)))
         actions.extend(Action("restart_broker") for _ in range(broker_after.count(number)))
+        actions.extend(Action("fail_over") for _ in range(failover_after.count(number)))
     return Schedule(seed=seed, steps=planned, actions=tuple(actions))
 
 

@@ -62,6 +62,7 @@ class ChaosReport:
     exported: dict[str, float] = field(default_factory=dict)
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
+    failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
@@ -115,6 +116,12 @@ class ChaosReport:
                 f"redis server restarts (kill -9, start): {len(away)}, away "
                 f"{min(away):.1f}-{max(away):.1f}s"
             )
+        if self.failover_seconds:
+            away = self.failover_seconds
+            lines.append(
+                f"postgres failovers (primary killed, standby promoted): {len(away)}, "
+                f"writes refused {min(away):.1f}-{max(away):.1f}s"
+            )
         if self.beat_exits:
             lines.append(
                 "beat exits (restarted): "
@@ -164,6 +171,7 @@ class ChaosReport:
             "worker_exits": dict(self.worker_exits),
             "unplanned_worker_exits": self.unplanned_worker_exits,
             "broker_restart_seconds": self.broker_restart_seconds,
+            "failover_seconds": self.failover_seconds,
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
             "agent": dict(self.agent),

@@ -169,12 +169,13 @@ class ReplicatedPostgres:
         self.sql(self.primary, "SELECT pg_reload_conf()")
         self.failovers += 1
 
-    def failover(self, rebuild: bool = True) -> float:
-        """Kill the primary, promote the standby, and (``rebuild``) clone a new standby
-        from it into the dead primary's place; returns the seconds writes were refused
-        (the kill to the promotion)."""
+    def failover(self, rebuild: bool = True, down: float = 0.0) -> float:
+        """Kill the primary, wait ``down`` seconds without one, promote the standby, and
+        (``rebuild``) clone a new standby from it into the dead primary's place; returns
+        the seconds writes were refused (the kill to the promotion)."""
         started = time.monotonic()
         self.kill_primary()
+        time.sleep(down)
         self.promote()
         away = time.monotonic() - started
         if rebuild:
