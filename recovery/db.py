@@ -36,23 +36,25 @@ _AUTHORITY = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<authority>[^/?#]*)(?P<rest
 
 def multi_host_query(url: str) -> str:
     """libpq's multi-host form, ``postgresql://user@h1:5432,h2:5433/db``, rewritten in
-    the query form SQLAlchemy parses: ``postgresql://user@/db?host=h1:5432&host=h2:5433``
-    (a host without a port gets PostgreSQL's 5432). Any other URL is returned as it is."""
+    a query form SQLAlchemy parses: ``postgresql://user@/db?host=h1,h2&port=5432,5433``
+    (a host without a port gets PostgreSQL's 5432; ``[IPv6]`` loses its brackets, as
+    libpq's ``host`` wants it). Any other URL is returned as it is."""
     match = _AUTHORITY.match(url)
     if match is None:
         return url
-    userinfo, at, hosts = match["authority"].rpartition("@")
-    if "," not in hosts:
+    userinfo, at, authority = match["authority"].rpartition("@")
+    if "," not in authority:
         return url
-    pairs = []
-    for entry in hosts.split(","):
+    hosts, ports = [], []
+    for entry in authority.split(","):
         host, colon, port = entry.rpartition(":")
-        if not colon or host.endswith(":"):  # no port (or a bare IPv6 address)
+        if not colon or not (port.isdigit() or port == ""):  # no port, or a bare [IPv6]
             host, port = entry, ""
-        pairs.append(f"host={host}:{port or PG_DEFAULT_PORT}")
+        hosts.append(host.removeprefix("[").removesuffix("]"))
+        ports.append(port or str(PG_DEFAULT_PORT))
     path, _, query = match["rest"].partition("?")
-    query = "&".join([*pairs, query] if query else pairs)
-    return f"{match['scheme']}{userinfo}{at}{path or '/'}?{query}"
+    pairs = f"host={','.join(hosts)}&port={','.join(ports)}"
+    return f"{match['scheme']}{userinfo}{at}{path or '/'}?{pairs}{'&' + query if query else ''}"
 
 
 def normalize_url(url: str | URL) -> URL:
