@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -38,14 +39,45 @@ POSTGRES_NETWORK_BOUNDS: Final = {
 }
 READ_ONLY: Final = "toolsafe_read_only"
 """Execution option: an SQLite transaction that only reads starts with a plain BEGIN."""
+PG_DEFAULT_PORT: Final = 5432
+READ_ONLY_SQL_TRANSACTION: Final = "25006"
+"""SQLSTATE of a write on a server that takes no writes (a standby, a demoted primary)."""
+
+_AUTHORITY = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<authority>[^/?#]*)(?P<rest>.*)$", re.S)
+
+
+def multi_host_query(url: str) -> str:
+    """libpq's multi-host form, ``postgresql://user@h1:5432,h2:5433/db``, rewritten in
+    a query form SQLAlchemy parses: ``postgresql://user@/db?host=h1,h2&port=5432,5433``
+    (a host without a port gets PostgreSQL's 5432; ``[IPv6]`` loses its brackets, as
+    libpq's ``host`` wants it). Any other URL is returned as it is."""
+    match = _AUTHORITY.match(url)
+    if match is None:
+        return url
+    userinfo, at, authority = match["authority"].rpartition("@")
+    if "," not in authority:
+        return url
+    hosts, ports = [], []
+    for entry in authority.split(","):
+        host, colon, port = entry.rpartition(":")
+        if not colon or not (port.isdigit() or port == ""):  # no port, or a bare [IPv6]
+            host, port = entry, ""
+        hosts.append(host.removeprefix("[").removesuffix("]"))
+        ports.append(port or str(PG_DEFAULT_PORT))
+    path, _, query = match["rest"].partition("?")
+    pairs = f"host={','.join(hosts)}&port={','.join(ports)}"
+    return f"{match['scheme']}{userinfo}{at}{path or '/'}?{pairs}{'&' + query if query else ''}"
 
 
 def normalize_url(url: str | URL) -> URL:
     """``postgresql://`` and ``postgres://`` mean psycopg 3; everything else is kept. A
+    libpq multi-host URL (``h1:5432,h2:5433``) becomes SQLAlchemy's query form. A
     store URL that names no database (``memory://``) raises ``FeatureMissing``: there
     is no schema to migrate, no engine to make."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url.removeprefix("postgres://")
+    if isinstance(url, str):
+        url = multi_host_query(url)
     parsed = make_url(url)
     if parsed.get_backend_name() not in DATABASES:
         raise FeatureMissing(parsed.get_backend_name(), "migrations")
@@ -77,6 +109,8 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     engine = create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, busy_timeout_ms)
+    if engine.dialect.name == "postgresql":
+        _read_only_is_disconnect(engine)
     _dispose_after_fork(engine)
     return engine
 
@@ -104,6 +138,30 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _read_only_is_disconnect(engine: Engine) -> None:
+    """A connection that finds itself on a server that takes no writes (a standby, or a
+    primary demoted by a failover) is dropped like a lost one: the pool opens a new one,
+    which ``target_session_attrs=read-write`` sends to the new primary."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        orig = context.original_exception
+        if getattr(orig, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION:
+            context.is_disconnect = True
+
+
+def libpq_conninfo(url: str | URL) -> str:
+    """The libpq connection string psycopg is given for a PostgreSQL store URL, hosts and
+    all (a multi-host URL keeps every host and ``target_session_attrs``): for a
+    connection of its own, such as the change feed's listener."""
+    from psycopg.conninfo import make_conninfo
+
+    parsed = normalize_url(url)
+    dialect = parsed.get_dialect()()
+    _, params = dialect.create_connect_args(parsed)
+    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
 
 
 def _dispose_after_fork(engine: Engine) -> None:

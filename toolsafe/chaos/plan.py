@@ -125,6 +125,7 @@ ActionKind = Literal[
     "restart_database",
     "duplicate",
     "partition_worker",
+    "fail_over",
 ]
 
 
@@ -178,14 +179,15 @@ class ScheduleSize:
     db_restarts: int = 0
     redis_restarts: int = 0  # kill -9 and start again of the run's own Redis server
     partitions: int = 0  # one worker cut off from database and broker, longer than a lease
+    failovers: int = 0  # the run's own PostgreSQL primary killed, its standby promoted
     duplicates: int = 60
     batch: int = 20
 
 
 def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) -> Schedule:
     """The whole run decided up front from the seed: scenarios, kills, broker flushes and
-    restarts, database connection kills and restarts and duplicate messages, in the order
-    they happen."""
+    restarts, database connection kills, restarts and failovers and duplicate messages, in
+    the order they happen."""
     if size.steps < 1 or size.batch < 1:
         raise ValueError("need at least one step and a batch of at least one")
     rng = random.Random(seed)
@@ -227,6 +229,13 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         if size.partitions
         else []
     )
+    # Failovers strike while steps still arrive, from a generator of their own too.
+    failover_rng = random.Random(f"{seed}/failovers")
+    failover_after = (
+        _spread(failover_rng, max(len(batches) - 1, 1), size.failovers, earliest=1)
+        if size.failovers
+        else []
+    )
     duplicates_per_batch = _share(size.duplicates, len(batches))
     actions: list[Action] = []
     submitted: list[int] = []
@@ -246,6 +255,7 @@ def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) 
         actions.extend(Action("restart_database") for _ in range(restart_after.count(number)))
         actions.extend(Action("restart_broker") for _ in range(broker_after.count(number)))
         actions.extend(Action("partition_worker") for _ in range(partition_after.count(number)))
+        actions.extend(Action("fail_over") for _ in range(failover_after.count(number)))
     return Schedule(seed=seed, steps=planned, actions=tuple(actions))
 
 

@@ -3,6 +3,7 @@ and as JSON."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -61,6 +62,7 @@ class ChaosReport:
     exported: dict[str, float] = field(default_factory=dict)
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
+    failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
@@ -114,6 +116,12 @@ class ChaosReport:
                 f"redis server restarts (kill -9, start): {len(away)}, away "
                 f"{min(away):.1f}-{max(away):.1f}s"
             )
+        if self.failover_seconds:
+            away = self.failover_seconds
+            lines.append(
+                f"postgres failovers (primary killed, standby promoted): {len(away)}, "
+                f"writes refused {min(away):.1f}-{max(away):.1f}s"
+            )
         if self.beat_exits:
             lines.append(
                 "beat exits (restarted): "
@@ -163,6 +171,7 @@ class ChaosReport:
             "worker_exits": dict(self.worker_exits),
             "unplanned_worker_exits": self.unplanned_worker_exits,
             "broker_restart_seconds": self.broker_restart_seconds,
+            "failover_seconds": self.failover_seconds,
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
             "agent": dict(self.agent),
@@ -174,6 +183,9 @@ class ChaosReport:
 
 
 def hide_password(url: str) -> str:
+    """The URL with its password shown as ``***``, in the user part or in the query
+    (libpq's ``?password=``, as a multi-host URL may carry it)."""
+    url = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")
     if not at or ":" not in credentials:

@@ -27,6 +27,7 @@ import httpx
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
 from toolsafe.chaos.checks import StepFacts, check_envelope, check_steps, merged
+from toolsafe.chaos.failover import fail_over, replicated_database
 from toolsafe.chaos.partition import partition_round
 from toolsafe.chaos.plan import (
     Observed,
@@ -58,6 +59,7 @@ from toolsafe.harness.local import (
     redis_db_of_its_own,
 )
 from toolsafe.harness.redis_server import RedisServer
+from toolsafe.harness.replicated import ReplicatedPostgres
 from toolsafe.metrics.exporter import Exporter, Served, read_counts, serve
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.states import (
@@ -119,10 +121,15 @@ class _Run:
     """One chaos run: owns the processes, the client and the report while it lasts."""
 
     def __init__(
-        self, config: ChaosConfig, workdir: Path, redis_server: RedisServer | None = None
+        self,
+        config: ChaosConfig,
+        workdir: Path,
+        redis_server: RedisServer | None = None,
+        pair: ReplicatedPostgres | None = None,
     ) -> None:
         self.config = config
         self.redis_server = redis_server
+        self.pair = pair  # --failovers: the run's own primary and standby
         self.workdir = workdir
         self.schedule = build_schedule(config.seed, config.size, config.timing)
         self.prefix = f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}/"
@@ -235,6 +242,8 @@ class _Run:
                 away = restart_database(self.config.pg_restart_command, self.database)
                 self.report.faults["postgres server restart"] += 1
                 self.report.restart_seconds.append(away)
+            elif action.kind == "fail_over":
+                fail_over(self.pair, self.report)
             elif action.kind == "kill_db_connections":
                 killed = kill_db_connections(self.database)
                 self.report.faults["postgres connection-kill round"] += 1
@@ -468,7 +477,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def _resources(
     config: ChaosConfig, workdir: Path, stack: contextlib.ExitStack
-) -> tuple[ChaosConfig, RedisServer | None]:
+) -> tuple[ChaosConfig, RedisServer | None, ReplicatedPostgres | None]:
     """The broker and database the run uses: a Redis server of its own when it restarts
     the broker, else the one given or a free db on the local Redis; the database given
     or a new one on the local PostgreSQL (dropped afterwards)."""
@@ -486,9 +495,12 @@ def _resources(
     elif broker is None:
         broker = stack.enter_context(redis_db_of_its_own(config.local_redis))
         keep = (*keep, REDIS_LOCK_KEY)
+    pair = None
+    if config.size.failovers:
+        database, pair = replicated_database(stack, database)
     if database is None:
         database = stack.enter_context(database_of_its_own(config.pg_admin))
-    return replace(config, broker=broker, database=database, keep_keys=keep), server
+    return replace(config, broker=broker, database=database, keep_keys=keep), server, pair
 
 
 def run(config: ChaosConfig) -> ChaosReport:
@@ -501,8 +513,8 @@ def run(config: ChaosConfig) -> ChaosReport:
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="toolsafe-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        config, server = _resources(config, workdir, stack)
-        chaos = _Run(config, workdir, server)
+        config, server, pair = _resources(config, workdir, stack)
+        chaos = _Run(config, workdir, server, pair)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             chaos.start()

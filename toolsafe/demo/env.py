@@ -3,6 +3,7 @@ example downstream, real ``celery worker`` and ``celery beat`` subprocesses."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -138,6 +139,9 @@ def open_env(
 
 
 def _hide_password(url: str) -> str:
+    """The URL with its password shown as ``***``, in the user part or in the query
+    (libpq's ``?password=``, as a multi-host URL may carry it)."""
+    url = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")
     if not at or ":" not in credentials:

@@ -18,6 +18,7 @@ from toolsafe.harness.processes import (
     stop_all,
 )
 from toolsafe.harness.proxy import FaultProxy, Partition
+from toolsafe.harness.replicated import ReplicatedPostgres, replicated_postgres
 from toolsafe.harness.waiting import wait_until
 from toolsafe.harness.workers import (
     BEAT_READY,
@@ -41,6 +42,7 @@ __all__ = [
     "Partition",
     "Process",
     "ProcessStartError",
+    "ReplicatedPostgres",
     "WaitTimeout",
     "WorkerOptions",
     "celery_command",
@@ -52,6 +54,7 @@ __all__ = [
     "group_cpu_seconds",
     "kill_db_connections",
     "redis_db",
+    "replicated_postgres",
     "restart_database",
     "spawn",
     "start_beat",

@@ -9,10 +9,9 @@ import time
 
 
 def _libpq_dsn(database_url: str) -> str:
-    from toolsafe.recovery.db import normalize_url
+    from toolsafe.recovery.db import libpq_conninfo
 
-    url = normalize_url(database_url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
+    return libpq_conninfo(database_url)
 
 
 def kill_db_connections(database_url: str) -> int:

@@ -16,6 +16,7 @@ from typing import Final
 
 from sqlalchemy import Engine, bindparam, func, select
 
+from toolsafe.recovery.db import libpq_conninfo
 from toolsafe.recovery.schema import STEP_CHANNEL, step_events
 from toolsafe.recovery.store.feed import ANY, Subscription
 
@@ -103,8 +104,9 @@ class ChangeFeed:
     # ------------------------------------------------------------------ PostgreSQL
 
     def _dsn(self) -> str:
-        url = self.engine.url.set(drivername="postgresql")
-        return url.render_as_string(hide_password=False)
+        # Every host of a multi-host URL and its target_session_attrs: after a failover
+        # the reconnect finds the new primary.
+        return libpq_conninfo(self.engine.url)
 
     def _listen(self) -> None:
         import psycopg

@@ -1,0 +1,54 @@
+"""``toolsafe chaos --failovers 2``: the run's database is a PostgreSQL primary with a
+synchronous standby of its own, reached through a multi-host URL; twice the primary is
+killed while steps flow, the standby promoted and a new standby cloned. With SIGKILLed
+workers, duplicate messages and a connection-kill round on top: zero violations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolsafe.chaos.plan import Timing, scenarios
+from toolsafe.cli.main import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
+
+def test_two_failovers_keep_the_invariant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "report.json"
+    code = main(
+        [
+            "chaos",
+            "--failovers", "2",
+            "--steps", "150",
+            "--workers", "3",
+            "--kills", "10",
+            "--broker-flushes", "0",
+            "--db-kill-rounds", "1",
+            "--duplicates", "20",
+            "--seed", "3",
+            "--bound", "150",
+            "--workdir", str(tmp_path / "run"),
+            "--report", str(report_path),
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    report = json.loads(report_path.read_text("utf-8"))
+    assert report["violations"] == [], printed
+    assert code == 0, printed
+    assert report["settled"], printed
+    assert report["faults"]["postgres failover"] == 2, printed
+    assert len(report["failover_seconds"]) == 2
+    assert "target_session_attrs=read-write" in printed  # the run used the multi-host URL
+    assert report["unplanned_worker_exits"] == 0, printed
+    assert report["kills_fired"] == report["kills_planned"], printed
+    # Each step ends as its scenario says, however the failovers struck it.
+    assert report["scenarios"] == {s.name: {s.expected.value: 15} for s in scenarios(Timing())}, (
+        printed
+    )
+    unknown = report["counts"]["unknown_outcomes"]
+    assert (unknown["open"], unknown["escalated"], unknown["cancelled"]) == (0, 0, 0)
