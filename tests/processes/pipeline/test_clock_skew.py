@@ -41,7 +41,12 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 S = StepState
 INVOICE = {"customer_id": "cus_30", "amount_cents": 3000, "currency": "EUR"}
 SKEW = 30  # seconds, at least
-LEASE = 4.0  # base seconds (times the machine factor)
+# Base seconds (times the machine factor). The calls must end inside the lease with no
+# help from the heartbeat: under libfaketime a worker's heartbeat thread is not to be
+# relied on, and a stalled call once took 7 s where 2 were asked (the lease of 4 s ran
+# out with no renewal). The skew stays beyond the lease (``skew``), so a worker judging
+# by its own clock still writes a lease that is over at once.
+LEASE = 10.0
 CALL = 2.0  # a stalled call: several sweeps (0.5 s apart), well inside the lease
 CALLS = 2
 WORKER_QUEUES = (EXECUTE_QUEUE, VERIFY_QUEUE, ESCALATION_QUEUE)
