@@ -199,4 +199,7 @@ def test_a_step_being_verified_returns_in_progress_and_is_never_a_model_retry(
     answer = returned(parts)["pa_ver1"]
     assert answer["in_progress"] is True and answer["operation_ref"] == ref
     assert answer["state"] in {"pending", "in_flight", "verifying"} and "ok" not in answer
+    # The answer may have come before the worker's call reached the downstream (pending,
+    # in flight): the write lands once, whenever it does.
+    cluster.wait_for(lambda: cluster.effects(ref) >= 1, what=f"{ref}'s write stored")
     assert cluster.effects(ref) == 1
