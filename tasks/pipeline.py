@@ -207,14 +207,28 @@ def execute(
     claimed = _claim(runtime, hints, report, operation_ref, "execute")
     if isinstance(claimed, str):
         return claimed
-    if tracing.tracer() is None:
-        return _execute_claimed(runtime, hints, operation_ref, report, *claimed, tracing.OFF)
-    step = claimed[0].step
     # The GenAI conventions' tool-call span (docs/tracing.md): redacted values only.
-    attributes = {**tracing.tool_call(step.tool, operation_ref), "toolsafe.attempt": step.attempts}
-    name = f"execute_tool {tracing.tool_name(step.tool)}"
-    with tracing.span(name, attributes) as traced:
-        action = _execute_claimed(runtime, hints, operation_ref, report, *claimed, traced)
+    return _under_span("execute_tool", _execute_claimed, runtime, hints, report, *claimed)
+
+
+def _under_span(
+    kind: str,
+    body: Callable[[Runtime, Hints, str, StepReport, Claim, Hold, tracing.Off], str],
+    runtime: Runtime,
+    hints: Hints,
+    report: StepReport,
+    claim: Claim,
+    hold: Hold,
+) -> str:
+    """``body`` for a claimed step, inside a ``{kind} {tool}`` span when tracing is on
+    (the tool call's attributes; the step's state and the action after)."""
+    ref = claim.step.operation_ref
+    if tracing.tracer() is None:
+        return body(runtime, hints, ref, report, claim, hold, tracing.OFF)
+    step = claim.step
+    attributes = {**tracing.tool_call(step.tool, ref), "toolsafe.attempt": step.attempts}
+    with tracing.span(f"{kind} {tracing.tool_name(step.tool)}", attributes) as traced:
+        action = body(runtime, hints, ref, report, claim, hold, traced)
         traced.set_many({"toolsafe.step.state": report.state, "toolsafe.outcome": action})
         return action
 
@@ -298,15 +312,7 @@ def verify(
     claimed = _claim(runtime, hints, report, operation_ref, "verify")
     if isinstance(claimed, str):
         return claimed
-    claim, hold = claimed
-    if tracing.tracer() is None:
-        return _verify_claimed(runtime, hints, operation_ref, report, claim, hold, tracing.OFF)
-    step = claim.step
-    attributes = {**tracing.tool_call(step.tool, operation_ref), "toolsafe.attempt": step.attempts}
-    with tracing.span(f"toolsafe.verify {tracing.tool_name(step.tool)}", attributes) as traced:
-        action = _verify_claimed(runtime, hints, operation_ref, report, claim, hold, traced)
-        traced.set_many({"toolsafe.step.state": report.state, "toolsafe.outcome": action})
-        return action
+    return _under_span("toolsafe.verify", _verify_claimed, runtime, hints, report, *claimed)
 
 
 def _verify_claimed(
