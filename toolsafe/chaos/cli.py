@@ -77,14 +77,6 @@ def chaos(args: argparse.Namespace) -> int:
     if config.size.failovers < 0:
         sys.stderr.write("toolsafe chaos: --failovers must not be negative\n")
         return 2
-    if config.size.failovers and config.size.partitions:
-        # The partition's proxy stands before one server; after a failover the worker
-        # behind it would never reach the new primary.
-        sys.stderr.write(
-            "toolsafe chaos: --partitions and --failovers cannot be combined yet (the "
-            "partition's proxy stands before one database server); run them apart\n"
-        )
-        return 2
     if config.size.failovers and (config.database is not None or config.size.db_restarts):
         sys.stderr.write(
             "toolsafe chaos: --failovers runs a PostgreSQL primary and standby of the run's "

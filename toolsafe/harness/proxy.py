@@ -16,6 +16,7 @@ One thread per proxy, ``selectors`` underneath; the commands are thread-safe.
 from __future__ import annotations
 
 import contextlib
+import re
 import selectors
 import socket
 import threading
@@ -23,7 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 CHUNK: Final = 65536
 BUFFERED: Final = 4 * 1024 * 1024  # per direction: stop reading past this
@@ -276,34 +277,101 @@ class FaultProxy:
 
 
 class Partition:
-    """A fault proxy to the database and one to the broker, for one process: its
-    settings point at the proxies (``env``), and ``cut``/``heal`` black-hole and heal
-    both at once."""
+    """Fault proxies for one process: one per database server (a libpq multi-host URL,
+    ``h1:p1,h2:p2`` or ``?host=h1,h2&port=p1,p2``, gets one per host, so the process
+    still follows a failover to whichever server takes writes) and one to the broker.
+    Its settings point at the proxies (``env``); ``cut``/``heal`` black-hole and heal
+    them all at once."""
 
     def __init__(self, database_url: str, broker_url: str) -> None:
         self.database_url = database_url
         self.broker_url = broker_url
-        self.database = FaultProxy(_address(database_url, 5432), name="database").start()
+        self.databases = [
+            FaultProxy(address, name=f"database{number}").start()
+            for number, address in enumerate(database_addresses(database_url))
+        ]
         self.broker = FaultProxy(_address(broker_url, 6379), name="broker").start()
+
+    @property
+    def proxies(self) -> list[FaultProxy]:
+        return [*self.databases, self.broker]
 
     def env(self) -> dict[str, str]:
         """``TOOLSAFE_DATABASE_URL`` and ``TOOLSAFE_BROKER_URL`` through the proxies."""
+        ports = [proxy.port for proxy in self.databases]
         return {
-            "TOOLSAFE_DATABASE_URL": self.database.url(self.database_url),
+            "TOOLSAFE_DATABASE_URL": through_proxies(self.database_url, ports),
             "TOOLSAFE_BROKER_URL": self.broker.url(self.broker_url),
         }
 
+    @property
+    def blackholed(self) -> bool:
+        """Whether every proxy is black-holed now (cut and not healed)."""
+        return all(proxy.blackholed for proxy in self.proxies)
+
     def cut(self) -> None:
-        self.database.blackhole()
-        self.broker.blackhole()
+        for proxy in self.proxies:
+            proxy.blackhole()
 
     def heal(self) -> None:
-        self.database.heal()
-        self.broker.heal()
+        for proxy in self.proxies:
+            proxy.heal()
 
     def close(self) -> None:
-        self.database.close()
-        self.broker.close()
+        for proxy in self.proxies:
+            proxy.close()
+
+
+PG_PORT: Final = 5432
+_AUTHORITY = re.compile(r"^(?P<scheme>[^:/?#]+://)(?P<authority>[^/?#]*)(?P<rest>.*)$", re.S)
+
+
+def database_addresses(url: str) -> list[tuple[str, int]]:
+    """The (host, port) of every server a database URL names, in order: one for a plain
+    URL, each host of a libpq multi-host URL (``h1:p1,h2:p2`` in the authority, or
+    ``host=h1,h2&port=p1,p2`` in the query; a missing port is 5432)."""
+    match = _AUTHORITY.match(url)
+    if match is None:
+        raise ValueError(f"not a database URL with a server: {url!r}")
+    authority = match["authority"].rpartition("@")[2]
+    if "," in authority:
+        return [_host_port(entry) for entry in authority.split(",")]
+    query = parse_qs(urlsplit(url).query)
+    if "host" in query:
+        hosts = query["host"][-1].split(",")
+        ports = query.get("port", [""])[-1].split(",")
+        if len(ports) == 1:
+            ports = ports * len(hosts)
+        if len(ports) != len(hosts):
+            raise ValueError(f"{len(hosts)} hosts and {len(ports)} ports in {url!r}")
+        pairs = zip(hosts, ports, strict=True)
+        return [(host, int(port) if port else PG_PORT) for host, port in pairs]
+    return [_address(url, PG_PORT)]
+
+
+def through_proxies(url: str, ports: list[int]) -> str:
+    """``url`` with its servers replaced, in order, by ``127.0.0.1:<port>`` of each proxy
+    (user, path and the rest of the query kept; several become the authority form)."""
+    match = _AUTHORITY.match(url)
+    if match is None:
+        raise ValueError(f"not a database URL with a server: {url!r}")
+    userinfo, at, _ = match["authority"].rpartition("@")
+    path, _, query = match["rest"].partition("?")
+    kept = [
+        (key, value)
+        for key, value in parse_qsl(query, keep_blank_values=True)
+        if key not in {"host", "port"}
+    ]
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    rest = f"{path}?{urlencode(kept, safe=',')}" if kept else path
+    return f"{match['scheme']}{userinfo}{at}{hosts}{rest}"
+
+
+def _host_port(entry: str) -> tuple[str, int]:
+    host, colon, port = entry.rpartition(":")
+    if not colon or not port.isdigit():  # no port, or a bare [IPv6]
+        host, port = entry, ""
+    return host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port or PG_PORT)
 
 
 def _address(url: str, default_port: int) -> tuple[str, int]:

@@ -1,7 +1,9 @@
-"""``toolsafe chaos --failovers 2``: the run's database is a PostgreSQL primary with a
-synchronous standby of its own, reached through a multi-host URL; twice the primary is
-killed while steps flow, the standby promoted and a new standby cloned. With SIGKILLed
-workers, duplicate messages and a connection-kill round on top: zero violations."""
+"""``toolsafe chaos --failovers 2 --partitions 1``: the run's database is a PostgreSQL
+primary with a synchronous standby of its own, reached through a multi-host URL; twice
+the primary is killed while steps flow, the standby promoted and a new standby cloned.
+One worker reaches both servers and the broker through fault proxies (one per server of
+the URL), and is cut off once while it holds a lease. With SIGKILLed workers, duplicate
+messages and a connection-kill round on top: zero violations."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from toolsafe.cli.main import main
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
-def test_two_failovers_keep_the_invariant(
+def test_two_failovers_and_a_partition_keep_the_invariant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report_path = tmp_path / "report.json"
@@ -24,6 +26,7 @@ def test_two_failovers_keep_the_invariant(
         [
             "chaos",
             "--failovers", "2",
+            "--partitions", "1",
             "--steps", "150",
             "--workers", "3",
             "--kills", "10",
@@ -43,6 +46,7 @@ def test_two_failovers_keep_the_invariant(
     assert report["settled"], printed
     assert report["faults"]["postgres failover"] == 2, printed
     assert len(report["failover_seconds"]) == 2
+    assert report["faults"]["worker partition"] == 1, printed
     assert "target_session_attrs=read-write" in printed  # the run used the multi-host URL
     assert report["unplanned_worker_exits"] == 0, printed
     assert report["kills_fired"] == report["kills_planned"], printed

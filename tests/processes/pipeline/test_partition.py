@@ -132,7 +132,7 @@ def _verified_then_healed(
         timeout=30,
         what=f"the rescuer's verification of {ref}",
     )
-    assert partition.database.blackholed  # still cut off: the rescuer did it alone
+    assert partition.blackholed  # still cut off: the rescuer did it alone
     events_while_cut = len(store.events(ref))
     partition.heal()
     cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the late call refused")

@@ -40,3 +40,68 @@ def test_flush_broker_deletes_every_key_but_the_kept_ones(redis_url: str) -> Non
         assert client.get(SESSION_LOCK_KEY) == lock
     finally:
         client.close()
+
+
+class _Greeter:
+    """A TCP server on a free loopback port that answers each connection with its name."""
+
+    def __init__(self, name: bytes) -> None:
+        import socket
+        import threading
+
+        self.name = name
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(self.name)
+
+
+def _greeting(port: int, timeout: float) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        try:
+            return conn.recv(64)
+        except TimeoutError:
+            return b""
+
+
+def test_a_partition_cuts_and_heals_every_server_of_a_multi_host_url() -> None:
+    """One proxy per server of a multi-host database URL, in the URL's order, so a worker
+    behind the partition follows a failover to the other server; ``cut`` black-holes them
+    all and the broker's, ``heal`` lets them talk again."""
+    from toolsafe.harness import Partition
+    from toolsafe.harness.proxy import database_addresses
+
+    first, second, broker = _Greeter(b"first"), _Greeter(b"second"), _Greeter(b"broker")
+    url = (
+        f"postgresql://postgres@127.0.0.1:{first.port},127.0.0.1:{second.port}/chaos"
+        "?target_session_attrs=read-write"
+    )
+    partition = Partition(url, f"redis://127.0.0.1:{broker.port}/3")
+    try:
+        env = partition.env()
+        proxied = database_addresses(env["TOOLSAFE_DATABASE_URL"])
+        assert [port for _, port in proxied] == [p.port for p in partition.databases]
+        assert env["TOOLSAFE_DATABASE_URL"].endswith("/chaos?target_session_attrs=read-write")
+        assert env["TOOLSAFE_BROKER_URL"] == f"redis://127.0.0.1:{partition.broker.port}/3"
+        ports = [port for _, port in proxied] + [partition.broker.port]
+        assert [_greeting(port, 5.0) for port in ports] == [b"first", b"second", b"broker"]
+        partition.cut()
+        assert partition.blackholed
+        assert [_greeting(port, 0.3) for port in ports] == [b"", b"", b""]
+        partition.heal()
+        assert not partition.blackholed
+        assert [_greeting(port, 5.0) for port in ports] == [b"first", b"second", b"broker"]
+    finally:
+        partition.close()
+        for server in (first, second, broker):
+            server.server.close()
