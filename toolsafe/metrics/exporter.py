@@ -185,12 +185,28 @@ class Exporter(Collector):
         return folded
 
     def _loop(self) -> None:
+        failed = 0  # polls failed in a row: one line when an outage starts, one when it ends
         while not self._stop.is_set():
             try:
                 self.poll()
             except Exception as error:
                 # The database is down or restarting: the gauge says so; try again.
-                log.warning("event log unreadable: %s", error, extra={"event": "metrics_failed"})
+                if not failed:
+                    log.warning(
+                        "event log unreadable (retrying every %.1fs): %s",
+                        self.poll_interval,
+                        first_line(error),
+                        extra={"event": "metrics_failed"},
+                    )
+                failed += 1
+            else:
+                if failed:
+                    log.warning(
+                        "event log readable again after %d failed polls",
+                        failed,
+                        extra={"event": "metrics_recovered"},
+                    )
+                failed = 0
             self._stop.wait(self.poll_interval)
 
     def start(self) -> Exporter:
@@ -307,6 +323,13 @@ class Served:
         self.server.server_close()
         self.thread.join(timeout=5)
         self.exporter.stop()
+
+
+def first_line(error: BaseException) -> str:
+    """An error in one line: its type and the first line of its message (libpq's errors
+    about a multi-host URL span one line per host)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def serve(exporter: Exporter, address: str = "127.0.0.1", port: int = 0) -> Served:

@@ -1,16 +1,23 @@
 """The exporter's pure parts: the histogram's buckets, the fold of each kind of event,
-and the follower's handling of ids that commit out of order (a list stands in for the
-event log: what a reader would return at each moment)."""
+the follower's handling of ids that commit out of order (a list stands in for the event
+log: what a reader would return at each moment), and the lines an outage of the log
+prints."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+import pytest
+
+from toolsafe.metrics.exporter import Exporter
 from toolsafe.metrics.follower import EventFollower
 from toolsafe.metrics.tally import DURATION_BUCKETS, Histogram, Tally
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.tally import TallyPort
 
 S = StepState
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -155,3 +162,41 @@ def test_old_gaps_in_the_history_are_not_awaited() -> None:
     follower = EventFollower(log.read, gap_timeout=60, clock=now.timestamp)
     assert follower.poll() == 3
     assert set(follower.awaited) == {8}  # only the gap before a recent event
+
+
+class _LogDownFor:
+    """An event log that answers with libpq's multi-line error for its first ``polls``
+    reads (a database with no primary), then with no events."""
+
+    def __init__(self, polls: int) -> None:
+        self.failing = polls
+
+    def events_after(self, after: int, awaited: Sequence[int] = (), limit: int = 0) -> list[Ev]:
+        if self.failing:
+            self.failing -= 1
+            raise ConnectionError(
+                "connection failed: connection to server at 127.0.0.1, port 1 failed\n"
+                "\tIs the server running on that host and accepting TCP/IP connections?\n"
+                "Multiple connection attempts failed. All failures were:\n"
+            )
+        return []
+
+    def history(self, before: datetime, bounds: Sequence[float]) -> tuple[int, list[object]]:
+        return 0, []
+
+
+def test_an_outage_of_the_event_log_is_one_line_when_it_starts_and_one_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = _LogDownFor(polls=4)
+    exporter = Exporter(cast(TallyPort, log), poll_interval=0.001)
+    with caplog.at_level(logging.WARNING, logger="toolsafe.metrics"):
+        exporter.start()
+        assert exporter.caught_up.wait(timeout=30)
+        exporter.stop()
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        "event log unreadable (retrying every 0.0s): ConnectionError: connection failed: "
+        "connection to server at 127.0.0.1, port 1 failed",
+        "event log readable again after 4 failed polls",
+    ]
