@@ -58,6 +58,8 @@ def chaos(args: argparse.Namespace) -> int:
             batch=args.batch,
         ),
         workers=args.workers,
+        pool=args.pool,
+        concurrency=args.concurrency,
         seed=args.seed,
         batch_interval=args.batch_interval,
         max_in_progress=args.max_in_progress,
@@ -70,6 +72,9 @@ def chaos(args: argparse.Namespace) -> int:
     )
     if config.size.db_restarts and not config.pg_restart_command:
         sys.stderr.write("toolsafe chaos: --db-restarts needs --pg-restart-command\n")
+        return 2
+    if config.concurrency < 1:
+        sys.stderr.write("toolsafe chaos: --concurrency must be at least 1\n")
         return 2
     if config.size.partitions < 0:
         sys.stderr.write("toolsafe chaos: --partitions must not be negative\n")
@@ -110,8 +115,9 @@ def command_line(args: argparse.Namespace) -> str:
     """The run's options as one command (the broker and database as given)."""
     words = ["toolsafe", "chaos"]
     for name in (
-        "broker", "database", "steps", "workers", "kills", "broker_flushes", "db_kill_rounds",
-        "db_restarts", "redis_restarts", "partitions", "failovers", "pg_restart_command",
+        "broker", "database", "steps", "workers", "pool", "concurrency", "kills",
+        "broker_flushes", "db_kill_rounds", "db_restarts", "redis_restarts", "partitions",
+        "failovers", "pg_restart_command",
         "duplicates", "batch",
         "batch_interval", "max_in_progress", "seed", "bound",
     ):  # fmt: skip
@@ -157,6 +163,16 @@ def add_parser(commands: Any) -> None:
     )
     ch.add_argument("--steps", type=int, default=300, help="steps submitted in all")
     ch.add_argument("--workers", type=int, default=3, help="worker processes run")
+    ch.add_argument(
+        "--pool",
+        choices=("solo", "prefork"),
+        default="solo",
+        help="solo: a SIGKILL at a fault point kills the whole worker; prefork: a pool "
+        "process of a worker that stays up",
+    )
+    ch.add_argument(
+        "--concurrency", type=int, default=2, help="pool processes per worker (prefork)"
+    )
     ch.add_argument("--kills", type=int, default=30, help="SIGKILLs at fault points")
     ch.add_argument("--broker-flushes", type=int, default=1, help="broker flushes (queues lost)")
     ch.add_argument(

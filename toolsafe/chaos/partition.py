@@ -6,8 +6,10 @@ after the heal its late results are refused (docs/chaos.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
+from pathlib import Path
 
 from toolsafe.harness import Partition, Process
 from toolsafe.recovery.store import StorePort
@@ -16,11 +18,23 @@ from toolsafe.tasks.lease import owner_prefix
 FIND_LEASE = 10.0  # seconds: how long a round waits for the worker to hold a lease
 
 
+def worker_pids(worker: Process) -> list[int]:
+    """The worker's main process and its pool processes (a solo worker has none; Linux's
+    ``/proc/<pid>/task/*/children``): whichever runs a call owns its lease."""
+    pids = [worker.pid]
+    with contextlib.suppress(OSError, ValueError):
+        for task in Path(f"/proc/{worker.pid}/task").iterdir():
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+    return pids
+
+
 def holds_lease(store: StorePort, prefix: str, worker: Process) -> bool:
-    """Whether ``worker`` (solo pool: its own pid owns its leases) leases a step of the
-    run (``prefix``) now."""
+    """Whether ``worker`` (its main process or a pool process of it) leases a step of
+    the run (``prefix``) now."""
     try:
-        held = store.leases_held_by(owner_prefix(worker.pid))
+        held = [
+            step for pid in worker_pids(worker) for step in store.leases_held_by(owner_prefix(pid))
+        ]
     except Exception:  # a connection killed by the run itself: not now
         return False
     return any(step.operation_ref.startswith(prefix) for step in held)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from toolsafe.chaos.plan import Schedule, ScheduleSize, Timing, Verdict
+from toolsafe.chaos.recovery_time import summary
 from toolsafe.harness.local import LOCAL_PG_ADMIN, LOCAL_REDIS
 from toolsafe.recovery.counts import Counts, as_json, render
 
@@ -24,6 +25,10 @@ class ChaosConfig:
     database: str | None = None
     size: ScheduleSize = field(default_factory=ScheduleSize)
     workers: int = 3
+    # "solo": a SIGKILL at a fault point kills the whole worker (recovered after its
+    # lease); "prefork": it kills a pool process of a live worker (recovered at once).
+    pool: str = "solo"
+    concurrency: int = 2  # pool processes per worker under "prefork"
     seed: int = 6
     timing: Timing = field(default_factory=Timing)
     batch_interval: float = 0.25  # seconds between batches of submissions
@@ -63,6 +68,8 @@ class ChaosReport:
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
     failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
+    # Per fired SIGKILL: seconds until its step was final or waiting on the agent again.
+    kill_recovery_seconds: list[float] = field(default_factory=list)
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
@@ -94,7 +101,8 @@ class ChaosReport:
         lines = [
             f"toolsafe chaos — {self.started_at:%Y-%m-%d %H:%M:%S} UTC",
             f"seed {c.seed} (schedule {self.schedule.fingerprint()}), {size.steps} steps, "
-            f"{c.workers} workers, at most {c.max_in_progress} steps in progress, "
+            f"{c.workers} workers ({pool_shown(c)}), at most {c.max_in_progress} steps in "
+            "progress, "
             f"operation_refs {self.prefix}*",
             f"work dir: {self.workdir}",
             f"broker {c.broker}, database {hide_password(c.database or '')}",
@@ -110,6 +118,13 @@ class ChaosReport:
             + (", ".join(f"{kind} {n}" for kind, n in sorted(self.worker_exits.items())) or "none")
             + f"; unplanned (not a SIGKILL the run sent): {self.unplanned_worker_exits}",
         ]
+        recovery = summary(self.kill_recovery_seconds)
+        if recovery["count"]:
+            lines.append(
+                f"kill → final or waiting on the agent ({recovery['count']:.0f} kills): "
+                f"p50 {recovery['p50']:.2f}s, p95 {recovery['p95']:.2f}s, "
+                f"max {recovery['max']:.2f}s"
+            )
         if self.broker_restart_seconds:
             away = self.broker_restart_seconds
             lines.append(
@@ -159,6 +174,7 @@ class ChaosReport:
             "schedule": self.schedule.fingerprint(),
             "steps": len(self.submitted),
             "workers": self.config.workers,
+            "pool": self.config.pool,
             "max_in_progress": self.config.max_in_progress,
             "prefix": self.prefix,
             "settled": self.settled,
@@ -172,6 +188,7 @@ class ChaosReport:
             "unplanned_worker_exits": self.unplanned_worker_exits,
             "broker_restart_seconds": self.broker_restart_seconds,
             "failover_seconds": self.failover_seconds,
+            "kill_recovery": summary(self.kill_recovery_seconds),
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
             "agent": dict(self.agent),
@@ -180,6 +197,12 @@ class ChaosReport:
             "counts": as_json(self.counts) if self.counts is not None else None,
             "exported": self.exported,
         }
+
+
+def pool_shown(config: ChaosConfig) -> str:
+    if config.pool == "solo":
+        return "solo pool"
+    return f"{config.pool} pool × {config.concurrency}"
 
 
 def hide_password(url: str) -> str:

@@ -38,6 +38,7 @@ from toolsafe.chaos.plan import (
     scenarios,
     step_input,
 )
+from toolsafe.chaos.recovery_time import recovered_after
 from toolsafe.chaos.report import ChaosConfig, ChaosReport
 from toolsafe.harness import (
     DownstreamProcess,
@@ -181,11 +182,13 @@ class _Run:
             self.partition = Partition(self.database, self.broker)
         run_id = self.prefix[6:-1]
         for number in range(config.workers):
-            # Solo pool: a SIGKILL at a fault point kills the whole worker.
+            # Solo pool: a SIGKILL at a fault point kills the whole worker; prefork: the
+            # pool process running the call, and the live worker replaces it.
             options = WorkerOptions(
                 name=f"worker{number}",
                 node=f"chaos{number}-{run_id}",
-                pool="solo",
+                pool=config.pool,
+                concurrency=None if config.pool == "solo" else config.concurrency,
                 loglevel="WARNING",
                 without=("gossip", "mingle", "heartbeat"),
             )
@@ -421,6 +424,12 @@ class _Run:
         for record in faults.fired(self.workdir / "fired"):
             if record.get("action") == "kill":
                 report.kills_fired[str(record.get("point"))] += 1
+                ref = str(record.get("operation_ref"))
+                if ref in observed:
+                    killed_at = datetime.fromtimestamp(float(record["at"]), UTC)
+                    waited = recovered_after(killed_at, self.store.events(ref))
+                    if waited is not None:
+                        report.kill_recovery_seconds.append(waited)
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
