@@ -12,14 +12,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Final, Literal, Self
-from urllib.parse import quote
+from typing import Any, ClassVar, Final, Self
 
 import httpx
 from pydantic import JsonValue
 
-from toolsafe.adapters import codes, lookup_codes, outgoing, tool_errors
+from toolsafe.adapters import codes, outgoing, tool_errors
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
+from toolsafe.adapters.http_lookup import HttpLookup, LookupShape
 from toolsafe.adapters.http_responses import (
     Observed,
     Sent,
@@ -35,13 +35,8 @@ from toolsafe.adapters.http_responses import (
     transport_failure,
 )
 from toolsafe.adapters.protocol import (
-    Adapter,
     CallContext,
     InputT,
-    LookupFound,
-    LookupNotFound,
-    LookupResult,
-    LookupUnavailable,
 )
 from toolsafe.adapters.redaction import clean_text, looks_like_instructions
 from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
@@ -95,36 +90,16 @@ class HttpSettings:
         )
 
 
-LookupShape = Literal["object", "list"]
-
-
-class HttpAdapter(Adapter[InputT]):
+class HttpAdapter(HttpLookup[InputT]):
     """An adapter whose downstream is one HTTP endpoint (see ``docs/example-service.md``
     for the example). Subclasses set ``tool``, ``writes``, ``input_model``, ``path`` and
     the tables below; ``has_lookup`` adapters also set ``lookup_path`` and, when the
-    lookup answers a JSON list, ``lookup_returns = "list"``.
+    lookup answers a JSON list, ``lookup_returns = "list"`` (the lookup's half is
+    :class:`~toolsafe.adapters.http_lookup.HttpLookup`).
     """
 
     method: ClassVar[str] = "POST"
     path: ClassVar[str]
-    # The lookup: GET lookup_path (which may hold "{operation_ref}", the object by path)
-    # with ?<lookup_param>=<operation_ref> (None: no query parameter).
-    lookup_path: ClassVar[str | None] = None
-    lookup_param: ClassVar[str | None] = "operation_ref"
-    # "object": a 200 object (the record at record_key) is found, a 404 not found.
-    # "list": a JSON list (at lookup_list_key, None: the body itself) filtered by the
-    # query parameter; [] is not found, a matching item is found.
-    lookup_returns: ClassVar[LookupShape] = "object"
-    lookup_list_key: ClassVar[str | None] = None
-    # Items whose field of this name holds another operation_ref are not ours; a list of
-    # only such items means the filter was ignored, which is "unavailable", not "absent".
-    lookup_match_field: ClassVar[str | None] = "operation_ref"
-    # Where an object lookup says how many records the downstream holds for the ref.
-    lookup_count_field: ClassVar[str | None] = None
-    # A 404 from the lookup counts as "not found" only when it carries one of these codes
-    # (None: any 404 for an object lookup, none for a list lookup, whose absent is []):
-    # a misrouted lookup must not pass for "the write never happened".
-    lookup_not_found_codes: ClassVar[frozenset[str] | None] = None
     # Upstream error code → catalogue code; any other upstream code is UPSTREAM_ERROR.
     upstream_codes: ClassVar[Mapping[str, str]] = {}
     # Where the record sits in a success body (None: the body itself), which of its
@@ -483,123 +458,6 @@ class HttpAdapter(Adapter[InputT]):
             result=result,
             verification=Verification(checked_at=observed.received_at, evidence_ref=evidence),
         )
-
-    def lookup_request(self, operation_ref: str) -> httpx.Request:
-        """``GET lookup_path`` (``{operation_ref}`` in it filled in, URL-quoted) with
-        ``?<lookup_param>=<operation_ref>`` unless ``lookup_param`` is None."""
-        path = self.lookup_path or self.path
-        if "{operation_ref}" in path:
-            path = path.replace("{operation_ref}", quote(operation_ref, safe=""))
-        return self.client.build_request(
-            "GET",
-            self._url(path),
-            params={self.lookup_param: operation_ref} if self.lookup_param else None,
-            headers={"Accept": "application/json"},
-        )
-
-    def lookup(self, operation_ref: str) -> LookupResult:
-        """Send :meth:`lookup_request` and read the answer with :meth:`parse_lookup`;
-        no answer at all is unavailable."""
-        try:
-            observed = self.exchange(self.lookup_request(operation_ref))
-        except (httpx.HTTPError, httpx.InvalidURL) as error:
-            log.warning(
-                "lookup failed: %s",
-                type(error).__name__,
-                extra={"event": "lookup_error", "tool": self.tool},
-            )
-            return LookupUnavailable(
-                checked_at=datetime.now(UTC), code=lookup_codes.LOOKUP_UNREACHABLE
-            )
-        return self.parse_lookup(observed, operation_ref)
-
-    def parse_lookup(self, observed: Observed, operation_ref: str) -> LookupResult:
-        """404 (with a not-found code) → not found; a 2xx in the ``lookup_returns`` shape
-        → found with evidence, or not found for an empty list; anything else is
-        unavailable: a lookup that cannot be read never says "not there". An unavailable
-        answer carries its ``Retry-After`` (clamped to ``max_retry_after``) for the
-        runtime to honour."""
-        now = observed.received_at
-        if observed.status == 404:
-            upstream, _ = self.upstream_error(observed.json_object() or {})
-            declared = self.lookup_not_found_codes
-            # A list lookup says "absent" with []: its 404 is a missing route or a
-            # proxy's, unless the service's own 404 shape is declared.
-            if declared is None and self.lookup_returns == "object":
-                return LookupNotFound(checked_at=now)
-            if declared is not None and upstream in declared:
-                return LookupNotFound(checked_at=now)
-            return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNEXPECTED_404)
-        if not 200 <= observed.status < 300:
-            asked = self._not_before(observed)  # a 503's (or 429's) Retry-After, clamped
-            return LookupUnavailable(
-                checked_at=now,
-                code=lookup_codes.lookup_http(observed.status),
-                retry_after=None if asked is None else asked[0] - observed.received_at,
-            )
-        if self.lookup_returns == "list":
-            items = self.lookup_items(observed)
-            if items is None:
-                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
-            ours = self._ours(items, operation_ref)
-            if ours is None:
-                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_FILTER_IGNORED)
-            if not ours:
-                return LookupNotFound(checked_at=now)
-            result, evidence = self.record_fields(ours[0])
-        else:
-            body = observed.json_object()
-            if body is None or self.body_reports_failure(body):
-                return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
-            result, evidence = self.extract_record(body)
-        if evidence is None:
-            return LookupUnavailable(checked_at=now, code=lookup_codes.LOOKUP_UNREADABLE)
-        return LookupFound(checked_at=now, result=result, evidence_ref=evidence)
-
-    def lookup_items(self, observed: Observed) -> list[Mapping[str, Any]] | None:
-        """The records of a list lookup: the JSON list (at ``lookup_list_key``), or None
-        when the body is not such a list of objects."""
-        value = observed.json_value()
-        if self.lookup_list_key is not None:
-            if isinstance(value, Mapping) and self.body_reports_failure(value):
-                return None
-            value = value.get(self.lookup_list_key) if isinstance(value, Mapping) else None
-        if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
-            return None
-        return value
-
-    def _ours(
-        self, items: list[Mapping[str, Any]], operation_ref: str
-    ) -> list[Mapping[str, Any]] | None:
-        if self.lookup_match_field is None:
-            return items
-        field = self.lookup_match_field
-        ours = [item for item in items if item.get(field, operation_ref) == operation_ref]
-        return None if items and not ours else ours
-
-    def count_effects(self, operation_ref: str) -> int | None:
-        """How many records the downstream holds for ``operation_ref``, when its lookup
-        says so (a list lookup, or ``lookup_count_field``); None when it cannot tell."""
-        if not self.has_lookup:
-            return None
-        try:
-            observed = self.exchange(self.lookup_request(operation_ref))
-        except (httpx.HTTPError, httpx.InvalidURL):
-            return None
-        found = self.parse_lookup(observed, operation_ref)
-        if isinstance(found, LookupNotFound):
-            return 0
-        if not isinstance(found, LookupFound):
-            return None
-        if self.lookup_returns == "list":
-            items = self.lookup_items(observed)
-            ours = self._ours(items or [], operation_ref)
-            return len(ours) if ours is not None else None
-        body = observed.json_object() or {}
-        count = body.get(self.lookup_count_field) if self.lookup_count_field else None
-        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
-            return count
-        return None
 
 
 class HttpWriteAdapter(HttpAdapter[InputT]):
