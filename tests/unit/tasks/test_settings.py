@@ -37,13 +37,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_defaults_without_environment() -> None:
     settings = Settings.from_env({})
-    assert settings.broker_url == DEFAULT_BROKER_URL
-    assert settings.database_url.startswith("sqlite:///")
-    assert settings.adapter_modules == ("toolsafe.adapters.examples",)
-    assert settings.faults_enabled is False
+    assert settings.broker.url == DEFAULT_BROKER_URL
+    assert settings.store.url.startswith("sqlite:///")
+    assert settings.tools.adapter_modules == ("toolsafe.adapters.examples",)
+    assert settings.faults.enabled is False
     # Short leases kept alive by a heartbeat: a dead worker is recovered in seconds.
-    assert settings.lease <= 15
-    assert settings.heartbeat_interval * 3 <= settings.lease
+    assert settings.calls.lease <= 15
+    assert settings.calls.heartbeat_interval * 3 <= settings.calls.lease
 
 
 def test_values_are_read_and_typed() -> None:
@@ -64,16 +64,16 @@ def test_values_are_read_and_typed() -> None:
             "TOOLSAFE_ESCALATION_HANDLERS": "my.mod:notify",
         }
     )
-    assert settings.broker_url.endswith("/7")
-    assert settings.adapter_modules == ("a.b", "c.d")
-    assert settings.lease == 12.5
-    assert settings.heartbeat_interval == 2.5  # a fifth of the lease when unset
-    assert settings.policy_for("send_email").retry.max_attempts == 7
-    assert settings.policy_for("create_invoice").retry.max_attempts == 2
+    assert settings.broker.url.endswith("/7")
+    assert settings.tools.adapter_modules == ("a.b", "c.d")
+    assert settings.calls.lease == 12.5
+    assert settings.calls.heartbeat_interval == 2.5  # a fifth of the lease when unset
+    assert settings.policies.for_tool("send_email").retry.max_attempts == 7
+    assert settings.policies.for_tool("create_invoice").retry.max_attempts == 2
     # An override keeps the other defaults of the environment.
-    assert settings.policy_for("create_invoice").retry.base_delay == timedelta(seconds=1)
-    assert settings.faults_enabled and settings.fault_state_dir == "/tmp/plan.json.fired"
-    assert settings.escalation_handlers == ("my.mod:notify",)
+    assert settings.policies.for_tool("create_invoice").retry.base_delay == timedelta(seconds=1)
+    assert settings.faults.enabled and settings.faults.state_dir == "/tmp/plan.json.fired"
+    assert settings.escalation.handlers == ("my.mod:notify",)
 
 
 @pytest.mark.parametrize(
@@ -124,10 +124,10 @@ def test_config_follows_the_durability_rules() -> None:
     assert config["broker_transport_options"] == {"visibility_timeout": 5000.0}
     assert config["result_backend_transport_options"] == {"visibility_timeout": 5000.0}
     assert config["worker_send_task_events"] and config["task_send_sent_event"]
-    assert config["worker_eta_task_limit"] == settings.worker_eta_task_limit
+    assert config["worker_eta_task_limit"] == settings.broker.worker_eta_task_limit
     assert {queue.name for queue in config["task_queues"]} == set(celeryconfig.QUEUES)
     assert config["task_routes"][celeryconfig.VERIFY_TASK] == {"queue": "toolsafe.verify"}
-    assert config["beat_schedule"]["toolsafe-sweep"]["schedule"] == settings.sweep_interval
+    assert config["beat_schedule"]["toolsafe-sweep"]["schedule"] == settings.sweep.interval
     # Every hard limit and the longest ETA stay well under the visibility timeout.
     limits = celeryconfig.task_limits(settings)
     assert set(limits) == {
@@ -137,7 +137,7 @@ def test_config_follows_the_durability_rules() -> None:
         celeryconfig.SWEEP_TASK,
     }
     longest = max(hard for _, hard in limits.values())
-    assert settings.visibility_timeout >= 2 * (settings.max_eta + longest)
+    assert settings.broker.visibility_timeout >= 2 * (settings.broker.max_eta + longest)
 
 
 def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
@@ -145,13 +145,9 @@ def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
     # (in Settings) counts every task's limit, so these settings cannot even be built.
     with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
         celeryconfig.build_config(
-            Settings(
-                task_time_limit=2,
-                task_soft_time_limit=1,
-                lease=3,
-                heartbeat_interval=1,
-                max_eta=1,
-                visibility_timeout=8,
+            Settings().replace(
+                calls={"time_limit": 2, "soft_time_limit": 1, "lease": 3, "heartbeat_interval": 1},
+                broker={"max_eta": 1, "visibility_timeout": 8},
             )
         )
 
@@ -177,7 +173,7 @@ def test_two_apps_with_their_own_settings_in_one_process() -> None:
         }
         assert app.tasks["toolsafe.execute"].app is app
         assert app.tasks["toolsafe.execute"].acks_late is True
-        assert app.tasks["toolsafe.execute"].time_limit == app.settings.task_time_limit
+        assert app.tasks["toolsafe.execute"].time_limit == app.settings.calls.time_limit
     assert first.tasks["toolsafe.execute"] is not second.tasks["toolsafe.execute"]
 
 
@@ -248,7 +244,7 @@ def test_an_adapter_module_receives_the_settings_read_for_it(acme_module: str) -
         base_url="https://acme.example", retries=5
     )
     registry = Registry()
-    registry.load_modules(settings.adapter_modules, settings.adapter_settings())
+    registry.load_modules(settings.tools.adapter_modules, settings.adapter_settings())
     adapter = registry.get("acme_lookup")
     assert isinstance(adapter, Acme) and adapter.settings.retries == 5
     # Modules without settings keep the one-argument register(registry).
@@ -307,8 +303,8 @@ def test_the_registry_gives_defaults_when_no_settings_were_read() -> None:
 
 
 def test_policy_defaults_come_from_the_policy_itself() -> None:
-    assert Settings.from_env({}).policy_for("any_tool") == Policy()
-    assert Settings().policy_for("any_tool") == Policy()
+    assert Settings.from_env({}).policies.for_tool("any_tool") == Policy()
+    assert Settings().policies.for_tool("any_tool") == Policy()
     assert PolicySettings().policy() == Policy()
     assert POLICY_KEYS == KNOBS
 
@@ -327,11 +323,11 @@ def test_the_visibility_rule_is_the_documented_one() -> None:
     ):  # fmt: skip
         settings = Settings.from_env(env)
         values = {
-            "TOOLSAFE_MAX_ETA": settings.max_eta,
-            "TOOLSAFE_ETA_JITTER": settings.eta_jitter,
-            "TOOLSAFE_TASK_TIME_LIMIT": settings.task_time_limit,
-            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": settings.escalation_webhook_timeout,
-            "TOOLSAFE_SWEEP_INTERVAL": settings.sweep_interval,
+            "TOOLSAFE_MAX_ETA": settings.broker.max_eta,
+            "TOOLSAFE_ETA_JITTER": settings.broker.eta_jitter,
+            "TOOLSAFE_TASK_TIME_LIMIT": settings.calls.time_limit,
+            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": settings.escalation.webhook_timeout,
+            "TOOLSAFE_SWEEP_INTERVAL": settings.sweep.interval,
         }
         expression = right
         for name in sorted(values, key=len, reverse=True):
