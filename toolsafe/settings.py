@@ -1,8 +1,9 @@
 """Settings of a toolsafe deployment, read once from ``TOOLSAFE_*`` environment variables.
 
 The one module of the package that reads the environment. Nothing here is read at import
-time: ``Settings.from_env()`` builds a frozen value that the Celery app, the client and
-the CLI are given, so a test can build a second one; ``load_settings()`` also imports the
+time: ``Settings.from_env()`` builds a frozen value of sections (settings_sections.py:
+``settings.broker``, ``settings.calls``…) that the Celery app, the client and the CLI are
+given, so a test can build a second one; ``load_settings()`` also imports the
 adapter modules and reads their own settings (``TOOLSAFE_<PREFIX>_<FIELD>``), which is
 what every process does at start (``load_settings_or_exit()``: one line, exit code 2).
 """

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -23,9 +25,15 @@ from toolsafe.settings import (
     DEFAULT_BROKER_URL,
     POLICY_KEYS,
     VISIBILITY_RULE,
+    BrokerSettings,
+    CallSettings,
+    GatewaySettings,
+    MetricsSettings,
+    Policies,
     PolicySettings,
     Settings,
     SettingsError,
+    SweepSettings,
     known_variables,
     load_settings,
     required_visibility_timeout,
@@ -339,3 +347,81 @@ def test_the_visibility_rule_is_the_documented_one() -> None:
         Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed)})
         with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
             Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed - 0.01)})
+
+
+# ----------------------------------------------------------------------------- sections
+
+NO_SETTINGS_MODULE = "tests.support.conformance.adapters"
+PROCESS_WIDE = {"operator": "TOOLSAFE_OPERATOR", "log_json": "TOOLSAFE_LOG_FORMAT"}
+
+
+def test_every_variable_belongs_to_one_section() -> None:
+    sections = Settings().sections()
+    assert list(sections) == [
+        "broker", "store", "tools", "calls", "sweep", "policies", "escalation", "faults",
+        "metrics", "gateway",
+    ]  # fmt: skip
+    listed = [v for section in sections.values() for v in section.variables()]
+    listed += PROCESS_WIDE.values()
+    assert len(listed) == len(set(listed))
+    # Those toolsafe reads itself: an adapter module that declares no settings of its own.
+    assert set(listed) == set(known_variables({"TOOLSAFE_ADAPTERS": NO_SETTINGS_MODULE}))
+    for section in sections.values():
+        names = {f.name for f in dataclasses.fields(section)}
+        assert set(section.VARIABLES) <= names
+        if not isinstance(section, Policies):
+            assert set(section.VARIABLES) == names, type(section).__name__
+
+
+def test_each_section_is_read_from_its_own_variables() -> None:
+    # A value set for each field's variable lands in that field and no other.
+    settings = Settings.from_env(
+        {
+            "TOOLSAFE_METRICS_PORT": "9101",
+            "TOOLSAFE_GATEWAY_MAX_WAITS": "7",
+            "TOOLSAFE_SWEEP_BATCH": "9",
+        }
+    )
+    assert settings.metrics == MetricsSettings(port=9101)
+    assert settings.gateway == GatewaySettings(max_waits=7)
+    assert settings.sweep == SweepSettings(batch=9)
+    assert settings.broker == BrokerSettings()
+
+
+def test_replace_changes_fields_inside_sections_and_checks_again() -> None:
+    settings = Settings().replace(
+        sweep={"batch": 2}, calls={"lease": 4.0, "heartbeat_interval": 1.0}
+    )
+    assert settings.sweep == SweepSettings(batch=2)
+    assert (settings.calls.lease, settings.calls.heartbeat_interval) == (4.0, 1.0)
+    assert settings.calls.time_limit == CallSettings().time_limit
+    assert settings.broker == Settings().broker
+    # The section's own checks and the rule across sections both run again.
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_SWEEP_BATCH: must be greater than 0"):
+        settings.replace(sweep={"batch": 0})
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_HEARTBEAT_INTERVAL: must be at most"):
+        settings.replace(calls={"heartbeat_interval": 2.0})
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_VISIBILITY_TIMEOUT"):
+        settings.replace(broker={"visibility_timeout": 10.0})
+    with pytest.raises(TypeError, match="no section 'lease'"):
+        settings.replace(lease={"seconds": 3})
+    with pytest.raises(TypeError, match="batch_size"):
+        settings.replace(sweep={"batch_size": 3})
+
+
+def test_the_settings_table_is_grouped_by_section() -> None:
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    settings = Settings()
+    for name, section in settings.sections().items():
+        table = _table_after(page, f"**`settings.{name}`")
+        assert table == set(section.variables()), name
+    assert _table_after(page, "**Every process") == set(PROCESS_WIDE.values())
+
+
+def _table_after(page: str, title: str) -> set[str]:
+    """The variables of the table under the line that starts with ``title``."""
+    assert title in page, title
+    found: set[str] = set()
+    for line in page.split(title, 1)[1].split("\n\n", 2)[1].splitlines():
+        found.update(re.findall(r"`(TOOLSAFE_[A-Z_]+)`", line.split("|")[1]))
+    return found
