@@ -77,12 +77,12 @@ def broker_transport(broker_url: str) -> str | None:
 def build_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings for one app (``Settings`` refused unsafe combinations already,
     the visibility timeout rule among them)."""
-    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
-    transport.update(filesystem_transport_options(settings.broker_url))
+    transport: dict[str, Any] = {"visibility_timeout": settings.broker.visibility_timeout}
+    transport.update(filesystem_transport_options(settings.broker.url))
     return {
-        "broker_transport": broker_transport(settings.broker_url),
-        "broker_url": settings.broker_url,
-        "result_backend": settings.result_backend,
+        "broker_transport": broker_transport(settings.broker.url),
+        "broker_url": settings.broker.url,
+        "result_backend": settings.broker.result_backend,
         "broker_transport_options": dict(transport),
         "result_backend_transport_options": dict(transport),
         "broker_connection_retry_on_startup": True,
@@ -95,12 +95,12 @@ def build_config(settings: Settings) -> dict[str, Any]:
         # its message comes back; Celery 6's default cancels it. The step it held stays
         # in_flight and is verified when its lease expires (R4), so this is safe.
         "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "worker_eta_task_limit": settings.worker_eta_task_limit,
+        "worker_eta_task_limit": settings.broker.worker_eta_task_limit,
         # Flower needs both.
         "worker_send_task_events": True,
         "task_send_sent_event": True,
-        "task_time_limit": settings.task_time_limit,
-        "task_soft_time_limit": settings.task_soft_time_limit,
+        "task_time_limit": settings.calls.time_limit,
+        "task_soft_time_limit": settings.calls.soft_time_limit,
         "task_ignore_result": True,
         "task_serializer": "json",
         "result_serializer": "json",
@@ -117,12 +117,12 @@ def build_config(settings: Settings) -> dict[str, Any]:
         "beat_schedule": {
             "toolsafe-sweep": {
                 "task": SWEEP_TASK,
-                "schedule": settings.sweep_interval,
+                "schedule": settings.sweep.interval,
                 # A sweep that waited this long is superseded by later ones (and a stale
                 # sweep would be harmless anyway: it only re-reads the database).
                 "options": {
                     "queue": SWEEP_QUEUE,
-                    "expires": max(settings.sweep_interval * 2, 60.0),
+                    "expires": max(settings.sweep.interval * 2, 60.0),
                 },
             }
         },

@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None) -> Celery:
         options["unacked_restore_throttle"] = 1
         config["broker_transport_options"] = options
     app.conf.update(config)
-    database_url = settings.database_url
+    database_url = settings.store.url
     options = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
     @app.task(name=NOOP_TASK, **options)  # type: ignore[untyped-decorator]

@@ -92,10 +92,10 @@ class Publisher:
         if due_at is None or due_at <= now:
             return True, None
         wait = (due_at - now).total_seconds()
-        if wait > self.settings.max_eta:
+        if wait > self.settings.broker.max_eta:
             return False, None
-        jitter = self._rng.uniform(0, self.settings.eta_jitter)
-        jitter = min(jitter, self.settings.max_eta - wait)
+        jitter = self._rng.uniform(0, self.settings.broker.eta_jitter)
+        jitter = min(jitter, self.settings.broker.max_eta - wait)
         return True, due_at + timedelta(seconds=jitter)
 
     def _send(

@@ -99,7 +99,7 @@ class Client:
             runtime, hints = self._app.runtime, self._app.publisher
         self.runtime: Runtime = runtime
         self.hints: Hints = hints
-        window = runtime.settings.submit_window
+        window = runtime.settings.store.submit_window
         self._group = SubmitGroup(window, self._commit_group) if window > 0 else None
         # The trace context of each call waiting in the group (by id of its NewStep).
         self._carried: dict[int, dict[str, str]] = {}
@@ -328,7 +328,7 @@ class Client:
         """No hint, or none recent enough to trust, was published for the step."""
         if step.published_at is None:
             return True
-        waited = timedelta(seconds=self.runtime.settings.republish_after)
+        waited = timedelta(seconds=self.runtime.settings.sweep.republish_after)
         return step.published_at <= now - waited
 
     def view(self, operation_ref: str) -> StepView:

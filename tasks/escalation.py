@@ -114,16 +114,16 @@ def import_handler(path: str) -> Handler:
 def load_handlers(settings: Settings) -> list[tuple[str, Handler]]:
     """(name, handler) in the order they run: log, webhook, then the user's."""
     handlers: list[tuple[str, Handler]] = [("log", log_handler)]
-    if settings.escalation_webhook_url:
+    if settings.escalation.webhook_url:
         handlers.append(
             (
                 "webhook",
                 WebhookHandler(
-                    settings.escalation_webhook_url, settings.escalation_webhook_timeout
+                    settings.escalation.webhook_url, settings.escalation.webhook_timeout
                 ),
             )
         )
-    handlers.extend((path, import_handler(path)) for path in settings.escalation_handlers)
+    handlers.extend((path, import_handler(path)) for path in settings.escalation.handlers)
     return handlers
 
 

@@ -65,12 +65,12 @@ class Heartbeat:
 
     @property
     def interval(self) -> float:
-        return self.runtime.settings.heartbeat_interval
+        return self.runtime.settings.calls.heartbeat_interval
 
     def hold(self, claim: Claim, claimed_at: float) -> Hold:
         """Start keeping ``claim`` alive (``claimed_at``: monotonic, before the claim)."""
         settings = self.runtime.settings
-        hold = Hold(claim, settings.lease, settings.task_time_limit, claimed_at)
+        hold = Hold(claim, settings.calls.lease, settings.calls.time_limit, claimed_at)
         hold.next_renewal = claimed_at + self.interval
         with self._lock:
             self._ensure_thread()

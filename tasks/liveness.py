@@ -49,7 +49,9 @@ class Heartbeat:
         backend = runtime.backend
         if not backend.has("workers"):
             return None
-        return cls(backend.workers, name, queues, runtime.settings.heartbeat_interval, runtime.now)
+        return cls(
+            backend.workers, name, queues, runtime.settings.calls.heartbeat_interval, runtime.now
+        )
 
     def start(self) -> Heartbeat:
         self._beat()  # the first one before the worker says it is ready

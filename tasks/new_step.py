@@ -62,7 +62,7 @@ def check_shape(runtime: Runtime, tool: str, input: object) -> int:
     except (TypeError, ValueError, RecursionError):
         # Keys or values JSON cannot carry (a set, NaN, a nested object too deep).
         raise InvalidInput(tool, (("input", INPUT_NOT_JSON),), INPUT_NOT_JSON) from None
-    limit = runtime.settings.max_input_bytes
+    limit = runtime.settings.tools.max_input_bytes
     if size > limit:
         raise InvalidInput(
             tool, (("input", f"{INPUT_TOO_LARGE} > {limit} bytes"),), INPUT_TOO_LARGE

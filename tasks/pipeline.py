@@ -183,7 +183,7 @@ def _claim(
     ``report``."""
     store = runtime.store
     claim_for = store.claim_execution if kind == "execute" else store.claim_verification
-    lease = timedelta(seconds=runtime.settings.lease)
+    lease = timedelta(seconds=runtime.settings.calls.lease)
     claimed_at = time.monotonic()
     with tracing.span("toolsafe.claim", {"toolsafe.claim.kind": kind}) as traced:
         claim = claim_for(operation_ref, runtime.owner, lease, runtime.now())
@@ -488,7 +488,7 @@ def sweep(
     settings = runtime.settings
     now = runtime.now()
     expired = store.expire_leases(
-        now, runtime.traits_for, runtime.policy_for, limit=settings.sweep_batch
+        now, runtime.traits_for, runtime.policy_for, limit=settings.sweep.batch
     )
     for recorded in expired:
         _event(
@@ -499,15 +499,15 @@ def sweep(
         carry_out(runtime, hints, recorded, now)
     recovered = recover_lost(runtime, hints, watch, now) if watch is not None else 0
     waiting = backlog() if backlog is not None else None
-    allowed = 0 if watch is not None else settings.sweep_batch
+    allowed = 0 if watch is not None else settings.sweep.batch
     if waiting is not None and waiting > allowed:
         _event("republish_deferred", "-", backlog=waiting)
         due: list[StepRecord] = []
     else:
         due = store.due_work(
             now,
-            limit=settings.sweep_batch,
-            republish_after=timedelta(seconds=settings.republish_after),
+            limit=settings.sweep.batch,
+            republish_after=timedelta(seconds=settings.sweep.republish_after),
         )
     for step in due:
         if step.state is StepState.VERIFYING:
@@ -518,8 +518,8 @@ def sweep(
     # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
     resend = store.outbox.due(
         now,
-        limit=settings.sweep_batch,
-        resend_after=timedelta(seconds=settings.escalation_resend_after),
+        limit=settings.sweep.batch,
+        resend_after=timedelta(seconds=settings.escalation.resend_after),
     )
     for notice in resend:
         hints.escalation(notice.operation_ref)
@@ -551,8 +551,8 @@ def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: dateti
         now,
         window.since,
         window.until,
-        window.until + timedelta(seconds=settings.max_eta),
-        limit=settings.sweep_batch,
+        window.until + timedelta(seconds=settings.broker.max_eta),
+        limit=settings.sweep.batch,
     )
     for step in lost:
         if step.published_at is not None:  # due now (the others wait for ``release``)
@@ -569,7 +569,7 @@ def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: dateti
             window.until.isoformat(),
             extra={"event": "broker_loss", "steps": len(lost)},
         )
-    if len(lost) < settings.sweep_batch:
+    if len(lost) < settings.sweep.batch:
         watch.recovered(window)
     return len(lost)
 
@@ -586,18 +586,18 @@ def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | Non
     ``batches`` bounds the work (``TOOLSAFE_SWEEP_BATCH`` steps each); None: until done.
     """
     settings = runtime.settings
-    horizon = now + timedelta(seconds=settings.max_eta)
+    horizon = now + timedelta(seconds=settings.broker.max_eta)
     released = 0
     while batches is None or batches > 0:
         if batches is not None:
             batches -= 1
-        batch = runtime.store.release_parked(now, horizon, limit=settings.sweep_batch)
+        batch = runtime.store.release_parked(now, horizon, limit=settings.sweep.batch)
         for step in batch:
             if step.state is StepState.VERIFYING:
                 hints.verify(step.operation_ref, step.due_at, now, tool=step.tool)
             else:
                 hints.execute(step.operation_ref, step.due_at, now, tool=step.tool)
         released += len(batch)
-        if len(batch) < settings.sweep_batch:
+        if len(batch) < settings.sweep.batch:
             break
     return released

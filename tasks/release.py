@@ -44,7 +44,7 @@ class ReleaseTimer:
     def __init__(self, runtime: Runtime, hints: pipeline.Hints, tick: float | None = None) -> None:
         self.runtime = runtime
         self.hints = hints
-        self.tick = tick if tick is not None else tick_for(runtime.settings.max_eta)
+        self.tick = tick if tick is not None else tick_for(runtime.settings.broker.max_eta)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.released = 0  # hints published so far (for the log and the tests)

@@ -49,7 +49,9 @@ class Runtime:
         registry: Registry | None = None,
     ) -> None:
         self.settings = settings
-        self.faults = Faults(settings.faults_enabled, settings.fault_plan, settings.fault_state_dir)
+        self.faults = Faults(
+            settings.faults.enabled, settings.faults.plan, settings.faults.state_dir
+        )
         self._lock = threading.Lock()
         self._registry: Registry | None = registry
         self._given = backend
@@ -60,7 +62,9 @@ class Runtime:
         self._pre_ping = True
         # Built once per tool: the settings never change, and this is on the hot path.
         self._policies: dict[str, Policy] = {}
-        self.secret_box = SecretBox(settings.secret_keys) if settings.secret_keys else None
+        self.secret_box = (
+            SecretBox(settings.tools.secret_keys) if settings.tools.secret_keys else None
+        )
         # The database's clock, measured from this process (offset 0 on a same-host store).
         self.clock = Clock(self._database_time)
         _RUNTIMES.add(self)
@@ -71,7 +75,7 @@ class Runtime:
             if self._registry is None:
                 registry = Registry()
                 registry.load_modules(
-                    self.settings.adapter_modules, self.settings.adapter_settings()
+                    self.settings.tools.adapter_modules, self.settings.adapter_settings()
                 )
                 self._registry = registry
             return self._registry
@@ -87,9 +91,9 @@ class Runtime:
                 self._forget_store()
             if self._backend is None:
                 options = StoreOptions(
-                    pre_ping=self._pre_ping, poll_interval=self.settings.notify_poll_interval
+                    pre_ping=self._pre_ping, poll_interval=self.settings.store.notify_poll_interval
                 )
-                self._backend = open_store(self.settings.database_url, options)
+                self._backend = open_store(self.settings.store.url, options)
             return self._backend
 
     def now(self) -> datetime:
@@ -158,7 +162,7 @@ class Runtime:
             writes=adapter.writes,
             has_lookup=adapter.has_lookup,
             consistency_window=adapter.consistency_window,
-            longest_call=timedelta(seconds=self.settings.task_time_limit),
+            longest_call=timedelta(seconds=self.settings.calls.time_limit),
         )
 
     def open_input(self, stored: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +175,7 @@ class Runtime:
     def policy_for(self, tool: str) -> Policy:
         policy = self._policies.get(tool)
         if policy is None:
-            policy = self._policies[tool] = self.settings.policy_for(tool)
+            policy = self._policies[tool] = self.settings.policies.for_tool(tool)
         return policy
 
 

@@ -189,8 +189,8 @@ def test_every_toolsafe_setting_passed_is_one_toolsafe_reads(
         read = variables_toolsafe_reads(env, monkeypatch)
         assert passed <= read, f"{name} passes settings toolsafe never reads: {passed - read}"
         settings = Settings.from_env({**env})  # the values are valid, too
-        assert settings.broker_url.startswith("redis://redis:")
-        assert settings.database_url.startswith("postgresql+psycopg://")
+        assert settings.broker.url.startswith("redis://redis:")
+        assert settings.store.url.startswith("postgresql+psycopg://")
 
 
 def test_a_misspelt_setting_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,11 +54,16 @@ def _rooms() -> dict[str, Room]:
             ("toolsafe.recovery", "toolsafe.adapters"),
         ),
         "settings": (
-            [PACKAGE / "settings.py", PACKAGE / "settings_parse.py"],
+            [
+                PACKAGE / "settings.py",
+                PACKAGE / "settings_parse.py",
+                PACKAGE / "settings_sections.py",
+            ],
             CELERY,
             (
                 "toolsafe.settings",
                 "toolsafe.settings_parse",
+                "toolsafe.settings_sections",
                 "toolsafe.recovery",
                 "toolsafe.adapters",
             ),
@@ -72,6 +77,7 @@ def _rooms() -> dict[str, Room]:
                 "toolsafe.tracing",
                 "toolsafe.settings",
                 "toolsafe.settings_parse",
+                "toolsafe.settings_sections",
                 "toolsafe.recovery",
                 "toolsafe.adapters",
             ),

@@ -73,7 +73,7 @@ def test_a_url_no_backend_serves_is_refused_by_name(url: str, message: str) -> N
 def test_the_settings_refuse_a_store_url_no_backend_serves() -> None:
     with pytest.raises(SettingsError, match=r"TOOLSAFE_DATABASE_URL.*known schemes: .*memory://"):
         Settings.from_env({"TOOLSAFE_DATABASE_URL": "mysql://u@h/db"})
-    assert Settings.from_env({"TOOLSAFE_DATABASE_URL": "journal://x"}).database_url == "journal://x"
+    assert Settings.from_env({"TOOLSAFE_DATABASE_URL": "journal://x"}).store.url == "journal://x"
 
 
 def test_a_scheme_registered_in_the_process_comes_first() -> None:
@@ -128,7 +128,7 @@ def test_each_missing_feature_is_one_error_naming_backend_and_feature() -> None:
 def _journal_client() -> tuple[Client, JournalStore]:
     registry = Registry()
     registry.register(ScriptedAdapter())
-    runtime = Runtime(Settings(database_url="journal://gateway"), registry=registry)
+    runtime = Runtime(Settings().replace(store={"url": "journal://gateway"}), registry=registry)
     store = runtime.store
     assert isinstance(store, JournalStore)
     return Client(runtime=runtime, hints=RecordingHints()), store

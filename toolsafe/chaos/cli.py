@@ -21,7 +21,7 @@ def stats(args: argparse.Namespace) -> int:
 
     url = args.database
     if url is None:
-        url = args.settings.database_url
+        url = args.settings.store.url
     backend = open_store(url)
     try:
         if args.prometheus:

@@ -93,7 +93,7 @@ def _beat(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from toolsafe.recovery.db import migrate_and_report
 
-    created = migrate_and_report(args.settings.database_url)
+    created = migrate_and_report(args.settings.store.url)
     if created:
         sys.stdout.write(
             f"created {len(created)} tables: {', '.join(created)}; schema is up to date\n"

@@ -54,11 +54,13 @@ def mcp_command(args: argparse.Namespace) -> int:
     if is_embedded:
         from toolsafe.recovery.db import migrate
 
-        migrate(settings.database_url)
-        _say(f"embedded default: store {settings.database_url} (migrated)")
-        _say(f"run workers here with TOOLSAFE_BROKER_URL={settings.broker_url}")
+        migrate(settings.store.url)
+        _say(f"embedded default: store {settings.store.url} (migrated)")
+        _say(f"run workers here with TOOLSAFE_BROKER_URL={settings.broker.url}")
     client = AsyncClient(Client.from_settings(settings))
-    server = ToolsafeMCP(client, wait=args.wait if args.wait is not None else settings.mcp_wait)
+    server = ToolsafeMCP(
+        client, wait=args.wait if args.wait is not None else settings.gateway.mcp_wait
+    )
     try:
         anyio.run(serve_stdio, server)
     except KeyboardInterrupt:

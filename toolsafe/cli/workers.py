@@ -34,7 +34,7 @@ def workers_command(args: argparse.Namespace) -> int:
     from toolsafe.tasks.runtime import utcnow
 
     settings = args.settings
-    backend = open_store(settings.database_url)
+    backend = open_store(settings.store.url)
     try:
         beats = backend.workers.all()
         # Heartbeats are stamped by the database's clock: judged by it too.
@@ -44,7 +44,7 @@ def workers_command(args: argparse.Namespace) -> int:
         backend.close()
     if args.node is not None:
         beats = [beat for beat in beats if beat.name == args.node]
-    alive = [beat for beat in beats if beat.alive(now, settings.lease)]
+    alive = [beat for beat in beats if beat.alive(now, settings.calls.lease)]
     if args.json:
         rows = [
             {

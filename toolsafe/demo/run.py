@@ -130,7 +130,7 @@ def _play_all(env: DemoEnv, workers: int, say: Progress, report: str | None = No
     say(
         f"started {len(started)} celery worker processes ("
         + ", ".join(f"{w.name} pid {w.pid}" for w in started)
-        + f") and beat: the sweeper runs every {env.settings.sweep_interval:g}s"
+        + f") and beat: the sweeper runs every {env.settings.sweep.interval:g}s"
     )
     watcher = Watcher(env, say)
     watcher.start()

@@ -115,11 +115,11 @@ def _streamable_mcp(state: Gateway) -> StreamableMCP | None:
         return None
     settings = state.settings
     # A tools/call holds its request like ?wait= does: never beyond the gateway's bound.
-    wait = min(settings.mcp_wait, settings.gateway_max_wait)
+    wait = min(settings.gateway.mcp_wait, settings.gateway.max_wait)
     return StreamableMCP(
         state.aclient,
         wait=wait,
-        max_body=settings.gateway_max_body,
+        max_body=settings.gateway.max_body,
         loopback_only=state.authenticator.keys is None,
         wait_slot=state.wait_slot,  # counted in TOOLSAFE_GATEWAY_MAX_WAITS
     )
@@ -143,9 +143,9 @@ def create_gateway(
     keys = client.runtime.backend.keys if auth else None
     authenticator = Authenticator(
         keys,
-        failures=settings.gateway_auth_failures,
-        window=settings.gateway_auth_window,
-        verifiers=settings.gateway_auth_verifiers,
+        failures=settings.gateway.auth_failures,
+        window=settings.gateway.auth_window,
+        verifiers=settings.gateway.auth_verifiers,
     )
     state = Gateway(settings, client, authenticator)
     mcp = _streamable_mcp(state)
@@ -188,7 +188,7 @@ def create_gateway(
 
     app.add_middleware(JsonBodies)  # inside Limits: the body is read whole by then
     app.add_middleware(
-        Limits, max_header=settings.gateway_max_header, max_body=settings.gateway_max_body
+        Limits, max_header=settings.gateway.max_header, max_body=settings.gateway.max_body
     )
     gateway_metrics.install(app)  # outside Limits: refusals by Limits are counted too
     if tracing.tracer() is not None:

@@ -8,7 +8,6 @@ import ipaddress
 import json
 import socket
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -67,7 +66,7 @@ def embedded(settings: Settings) -> tuple[Settings, bool]:
     folder = Path.cwd() / EMBEDDED_BROKER
     for part in ("queue", "control", "processed"):
         (folder / part).mkdir(parents=True, exist_ok=True)
-    return replace(settings, broker_url=f"filesystem://{folder}"), True
+    return settings.replace(broker={"url": f"filesystem://{folder}"}), True
 
 
 def _say(line: str) -> None:
@@ -95,9 +94,9 @@ def serve_command(args: argparse.Namespace) -> int:
     if is_embedded:
         from toolsafe.recovery.db import migrate
 
-        migrate(settings.database_url)
-        broker = settings.broker_url
-        _say(f"embedded default: store {settings.database_url} (migrated), broker {broker}")
+        migrate(settings.store.url)
+        broker = settings.broker.url
+        _say(f"embedded default: store {settings.store.url} (migrated), broker {broker}")
         _say(f"run workers here with TOOLSAFE_BROKER_URL={broker}")
         _say("(`toolsafe up` runs the gateway, a worker and beat together)")
     if args.no_auth:
@@ -113,7 +112,7 @@ def serve_command(args: argparse.Namespace) -> int:
         log_level="info",
         access_log=False,
         # h11 refuses a request head beyond this on its own; ours answers 431 below it.
-        h11_max_incomplete_event_size=settings.gateway_max_header * 2,
+        h11_max_incomplete_event_size=settings.gateway.max_header * 2,
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
@@ -125,7 +124,7 @@ def serve_command(args: argparse.Namespace) -> int:
 def _keys() -> Any:
     from toolsafe.recovery.store import open_store
 
-    return open_store(Settings.from_env().database_url).keys
+    return open_store(Settings.from_env().store.url).keys
 
 
 def _now() -> Any:

@@ -46,19 +46,22 @@ class Gateway:
             return None
         now = time.monotonic()
         if self._live is None or now - self._live[0] >= LIVENESS_SECONDS:
-            self._live = (now, self.workers.live(self.client.runtime.now(), self.settings.lease))
+            self._live = (
+                now,
+                self.workers.live(self.client.runtime.now(), self.settings.calls.lease),
+            )
         return self._live[1]
 
     def wait_for(self, requested: float) -> float:
         """The wait a request may hold: at most ``TOOLSAFE_GATEWAY_MAX_WAIT``."""
-        return min(requested, self.settings.gateway_max_wait)
+        return min(requested, self.settings.gateway.max_wait)
 
     def enter_wait(self) -> None:
         """Count a held wait (or event stream); 429 beyond ``TOOLSAFE_GATEWAY_MAX_WAITS``.
 
         Only the event loop's thread touches the count, so it needs no lock.
         """
-        if self.waits >= self.settings.gateway_max_waits:
+        if self.waits >= self.settings.gateway.max_waits:
             raise ApiProblem(
                 "TOO_MANY_WAITS",
                 f"{self.waits} requests are waiting already "
@@ -83,7 +86,7 @@ class Gateway:
         """A wait held by an MCP ``tools/call`` on ``/mcp``, counted with the rest: True
         while it holds one, False when none is left (the call then answers at once, in
         progress, where ``/v1`` would answer 429: its step is already submitted)."""
-        if self.waits >= self.settings.gateway_max_waits:
+        if self.waits >= self.settings.gateway.max_waits:
             yield False
             return
         self.waits += 1

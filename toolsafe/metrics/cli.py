@@ -30,15 +30,15 @@ def run(args: argparse.Namespace) -> int:
     from toolsafe.recovery.store import open_store
 
     settings = args.settings
-    port = args.port if args.port is not None else settings.metrics_port
-    address = args.address or settings.metrics_address
+    port = args.port if args.port is not None else settings.metrics.port
+    address = args.address or settings.metrics.address
     if port is None:
         sys.stderr.write("toolsafe: error: give --port or set TOOLSAFE_METRICS_PORT\n")
         return 2
     if not 0 <= port <= 65535:
         sys.stderr.write(f"toolsafe: error: --port must be between 0 and 65535, got {port}\n")
         return 2
-    backend = open_store(settings.database_url)
+    backend = open_store(settings.store.url)
     try:
         tally = backend.tally  # a store without the event log's reading refuses here
     except BaseException:

@@ -166,9 +166,9 @@ class Exporter(Collector):
     def from_settings(cls, settings: Settings, tally: TallyPort) -> Exporter:
         return cls(
             tally,
-            queues=QueueDepth(settings.broker_url, QUEUES),
-            poll_interval=settings.metrics_poll_interval,
-            gap_timeout=settings.metrics_gap_timeout,
+            queues=QueueDepth(settings.broker.url, QUEUES),
+            poll_interval=settings.metrics.poll_interval,
+            gap_timeout=settings.metrics.gap_timeout,
         )
 
     def poll(self) -> int:
@@ -305,9 +305,9 @@ def _copy(tally: Tally) -> Tally:
 
 def metrics_address(settings: Settings) -> tuple[str, int] | None:
     """``(address, port)`` from ``TOOLSAFE_METRICS_ADDRESS`` / ``_PORT``; None when off."""
-    if settings.metrics_port is None:
+    if settings.metrics.port is None:
         return None
-    return settings.metrics_address, settings.metrics_port
+    return settings.metrics.address, settings.metrics.port
 
 
 class Served:
@@ -341,7 +341,7 @@ def serve(exporter: Exporter, address: str = "127.0.0.1", port: int = 0) -> Serv
 def exposition(tally: TallyPort, settings: Settings | None = None) -> str:
     """The metrics as Prometheus text, read now from the whole log (``toolsafe stats
     --prometheus``: what ``toolsafe metrics`` serves)."""
-    queues = None if settings is None else QueueDepth(settings.broker_url, QUEUES)
+    queues = None if settings is None else QueueDepth(settings.broker.url, QUEUES)
     exporter = Exporter(tally, queues=queues)
     try:
         exporter.poll()
@@ -362,7 +362,7 @@ def install(target: Any) -> None:
     def warn(sender: Any = None, **_: Any) -> None:
         if sender is None or id(getattr(sender, "app", None)) != id(target):
             return
-        if settings.metrics_port is not None:
+        if settings.metrics.port is not None:
             log.warning(
                 "TOOLSAFE_METRICS_PORT is for `toolsafe metrics` (one exporter per store); "
                 "workers serve no /metrics",

@@ -77,7 +77,7 @@ class RecordingHints:
     """The pipeline's ``Hints``: records each hint and, like the Celery publisher,
     declines (returns False) one due beyond ``max_eta`` so the sweeper takes it (R6)."""
 
-    max_eta: float = DEFAULTS.max_eta
+    max_eta: float = DEFAULTS.broker.max_eta
     sent: list[Hint] = field(default_factory=list)
 
     def _send(

@@ -46,7 +46,7 @@ def test_dead_database_connections_are_replaced_on_first_use(cluster: Cluster) -
     warm = new_ref("crash/warm")
     cluster.client.submit("create_invoice", INVOICE, operation_ref=warm)
     assert cluster.client.wait(warm, timeout=20).state is S.SUCCEEDED
-    assert kill_db_connections(cluster.settings.database_url) >= 1
+    assert kill_db_connections(cluster.settings.store.url) >= 1
     ref = new_ref("crash/dead-connection")
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     view = cluster.client.wait(ref, timeout=20)
@@ -168,7 +168,7 @@ def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str
             "create_invoice",
             INVOICE,
             operation_ref=ref,
-            policy=cluster.settings.policy_for("create_invoice"),
+            policy=cluster.settings.policies.for_tool("create_invoice"),
             now=utcnow(),
         )
     first.kill()

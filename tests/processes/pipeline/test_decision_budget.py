@@ -60,7 +60,7 @@ def agrees(view: StepView) -> None:
 
 
 def budget(cluster: Cluster, tool: str) -> int:
-    return cluster.settings.policy_for(tool).retry.max_attempts
+    return cluster.settings.policies.for_tool(tool).retry.max_attempts
 
 
 def waiting_says_the_budget(cluster: Cluster, view: StepView) -> None:

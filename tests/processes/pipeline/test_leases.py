@@ -149,7 +149,7 @@ def test_a_killed_node_is_recovered_after_its_lease(cluster: Cluster, machine: M
     assert expired.at >= lease_end  # by the lease's expiry: a short one, renewed no more
     # Taken over within a couple of sweeps of the later of the lease's end and the
     # rescuer's start (its start is no feature: it is not counted).
-    sweeps = 2 * cluster.settings.sweep_interval + 1.0
+    sweeps = 2 * cluster.settings.sweep.interval + 1.0
     since = _seconds(expired.at, max(lease_end, ready))
     assert since <= machine.seconds(sweeps), (since, machine.explain(sweeps))
     assert view.attempts == 1 and cluster.effects(ref) == 1
@@ -159,7 +159,7 @@ def test_a_call_longer_than_the_lease_is_not_taken_for_dead(cluster: Cluster) ->
     cluster.start_worker("long", concurrency=2, beat=True)
     ref = new_ref("lease/long")
     # 2.5 lease lengths inside the call, under the time limit and the adapter's timeout.
-    lease = cluster.settings.lease
+    lease = cluster.settings.calls.lease
     cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=2.5 * lease)
     started = time.monotonic()
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
@@ -203,7 +203,7 @@ def test_a_paused_process_resumed_after_recovery_has_its_late_result_refused(
     worker = cluster.start_worker("paused", concurrency=2, beat=True)
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     pid = _stopped(cluster, ref, "after_call")
-    view = cluster.client.wait(ref, timeout=cluster.settings.task_time_limit - 1)
+    view = cluster.client.wait(ref, timeout=cluster.settings.calls.time_limit - 1)
     assert view.state is S.SUCCEEDED, cluster.logs()
     os.kill(pid, signal.SIGCONT)
     cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the late result refused")
@@ -228,7 +228,7 @@ def test_a_paused_process_never_sends_after_its_step_was_taken_over(cluster: Clu
     cluster.wait_for(lambda: store.get(ref).state is S.VERIFYING, what="the lease expired")
     os.kill(pid, signal.SIGCONT)
     cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the woken call refused")
-    time_limit = cluster.settings.task_time_limit
+    time_limit = cluster.settings.calls.time_limit
     view = cluster.client.wait(ref, timeout=time_limit + 10)
     assert view.state is S.SUCCEEDED, cluster.logs()
     events = store.events(ref)

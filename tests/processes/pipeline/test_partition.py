@@ -160,7 +160,7 @@ def test_cut_off_after_the_claim_sends_nothing(cut: tuple[Cluster, Partition, Pr
     write goes out once, after the heal, from a new claim."""
     cluster, partition, worker = cut
     ref = new_ref("partition/before")
-    lease = cluster.settings.lease
+    lease = cluster.settings.calls.lease
     # Stopped just after the claim (the network is cut while it sleeps), then running
     # with its heartbeat thread live but black-holed for 1.5 leases before the call.
     write_plan(
@@ -195,7 +195,9 @@ def test_cut_off_during_the_call_records_nothing(cut: tuple[Cluster, Partition, 
     the write, and after the heal the worker's late result is refused."""
     cluster, partition, worker = cut
     ref = new_ref("partition/during")
-    cluster.fault(fault="stall_after_store", operation_ref=ref, seconds=cluster.settings.lease)
+    cluster.fault(
+        fault="stall_after_store", operation_ref=ref, seconds=cluster.settings.calls.lease
+    )
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     cluster.wait_for(lambda: cluster.effects(ref) == 1, what="the stored write")
     assert _owned_by(cluster, ref, worker)

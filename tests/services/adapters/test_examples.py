@@ -199,7 +199,7 @@ def test_register_receives_the_settings_read_from_the_environment(
         }
     )
     registry = Registry()
-    registry.load_modules(settings.adapter_modules, settings.adapter_settings())
+    registry.load_modules(settings.tools.adapter_modules, settings.adapter_settings())
     assert registry.tools() == ("create_invoice", "send_email")
     invoice = registry.get("create_invoice")
     for tool in registry.tools():

@@ -57,8 +57,8 @@ class Gateway:
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     url = f"sqlite:///{tmp_path_factory.mktemp('bad_tokens') / 'toolsafe.db'}"
     migrate(url)
-    settings = Settings(
-        database_url=url, gateway_auth_failures=FAILURES, gateway_auth_window=WINDOW
+    settings = Settings().replace(
+        store={"url": url}, gateway={"auth_failures": FAILURES, "auth_window": WINDOW}
     )
     registry = Registry()
     registry.register(ScriptedAdapter())

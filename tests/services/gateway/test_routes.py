@@ -100,7 +100,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     directory: Path = tmp_path_factory.mktemp("routes")
     url = f"sqlite:///{directory / 'toolsafe.db'}"
     migrate(url)
-    settings = Settings(database_url=url, gateway_max_wait=0.5)
+    settings = Settings().replace(store={"url": url}, gateway={"max_wait": 0.5})
     registry = Registry()
     adapter = ScriptedAdapter()
     registry.register(adapter)

@@ -27,7 +27,7 @@ INVOICE = {"customer_id": "cus_1", "amount_cents": 1200, "currency": "EUR"}
 def _wait_until_due_for_republish(cluster: Cluster, refs: list[str]) -> None:
     """Until every step's last publish is older than ``republish_after``."""
     store = cluster.client.runtime.store
-    after = timedelta(seconds=cluster.settings.republish_after)
+    after = timedelta(seconds=cluster.settings.sweep.republish_after)
 
     def due() -> bool:
         stamps = [store.get(ref).published_at for ref in refs]
@@ -83,6 +83,6 @@ def test_an_unreadable_backlog_does_not_stop_the_sweep(cluster: Cluster, redis_u
     _wait_until_due_for_republish(cluster, pending)
     counts = pipeline.sweep(client.runtime, client.app.publisher, lambda: None)
     # Every hint was lost (this module's earlier steps' too): a full batch goes out.
-    expected = min(cluster.settings.sweep_batch, len(pending))
+    expected = min(cluster.settings.sweep.batch, len(pending))
     assert counts["republished"] == expected
     assert client.app.publisher.backlog() == expected

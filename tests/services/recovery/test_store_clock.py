@@ -43,7 +43,7 @@ def test_the_sql_backend_reads_its_databases_time(url: str) -> None:
 
 @pytest.mark.postgres
 def test_a_runtime_on_postgresql_measures_its_offset(store_pg_url: str) -> None:
-    runtime = Runtime(Settings(database_url=store_pg_url))
+    runtime = Runtime(Settings().replace(store={"url": store_pg_url}))
     try:
         before = datetime.now(UTC)
         now = runtime.now()
@@ -55,7 +55,7 @@ def test_a_runtime_on_postgresql_measures_its_offset(store_pg_url: str) -> None:
 
 
 def test_a_runtime_on_sqlite_never_asks(sqlite_url: str) -> None:
-    runtime = Runtime(Settings(database_url=sqlite_url))
+    runtime = Runtime(Settings().replace(store={"url": sqlite_url}))
     asked: list[bool] = []
     reader = runtime._database_time
 

@@ -71,13 +71,13 @@ def test_submit_again_republishes_only_a_step_whose_publish_is_long_past(
     store = cluster.client.runtime.store
     assert isinstance(store, StepStore)
     # Committed and stamped by a submitter that died before its publish went out.
-    stale = utcnow() - timedelta(seconds=cluster.settings.republish_after + 1)
+    stale = utcnow() - timedelta(seconds=cluster.settings.sweep.republish_after + 1)
     create_step(
         store,
         "create_invoice",
         INVOICE,
         operation_ref=ref,
-        policy=cluster.settings.policy_for("create_invoice"),
+        policy=cluster.settings.policies.for_tool("create_invoice"),
         now=utcnow(),
         published_at=stale,
     )
@@ -199,7 +199,7 @@ def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
         "create_invoice",
         INVOICE,
         operation_ref=ref,
-        policy=settings.policy_for("create_invoice"),
+        policy=settings.policies.for_tool("create_invoice"),
         now=utcnow(),
     )
     claim = store.claim_execution(ref, "test", timedelta(seconds=5), utcnow())
@@ -209,7 +209,7 @@ def test_view_shows_safe_fields_only(cluster: Cluster) -> None:
         claim,
         Executed(envelope),
         traits=cluster.client.runtime.traits_for("create_invoice"),
-        policy=settings.policy_for("create_invoice"),
+        policy=settings.policies.for_tool("create_invoice"),
         now=utcnow(),
         rng=cluster.client.runtime.rng,
     )
@@ -245,11 +245,13 @@ def test_the_pipeline_tests_fast_settings_are_valid_and_applied(tmp_path: Path) 
     settings = Settings.from_env(
         {**FAST_SETTINGS, "TOOLSAFE_DATABASE_URL": f"sqlite:///{tmp_path}/x.db"}
     )
-    assert settings.lease == float(FAST_SETTINGS["TOOLSAFE_LEASE_SECONDS"])
-    assert settings.task_time_limit == float(FAST_SETTINGS["TOOLSAFE_TASK_TIME_LIMIT"])
-    assert settings.sweep_interval == float(FAST_SETTINGS["TOOLSAFE_SWEEP_INTERVAL"])
-    assert settings.max_eta == float(FAST_SETTINGS["TOOLSAFE_MAX_ETA"])
-    assert settings.policy.verify_base_delay == float(FAST_SETTINGS["TOOLSAFE_VERIFY_BASE_DELAY"])
+    assert settings.calls.lease == float(FAST_SETTINGS["TOOLSAFE_LEASE_SECONDS"])
+    assert settings.calls.time_limit == float(FAST_SETTINGS["TOOLSAFE_TASK_TIME_LIMIT"])
+    assert settings.sweep.interval == float(FAST_SETTINGS["TOOLSAFE_SWEEP_INTERVAL"])
+    assert settings.broker.max_eta == float(FAST_SETTINGS["TOOLSAFE_MAX_ETA"])
+    assert settings.policies.default.verify_base_delay == float(
+        FAST_SETTINGS["TOOLSAFE_VERIFY_BASE_DELAY"]
+    )
     config = build_config(settings)
     assert config["broker_transport_options"]["visibility_timeout"] == float(
         FAST_SETTINGS["TOOLSAFE_VISIBILITY_TIMEOUT"]

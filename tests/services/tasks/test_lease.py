@@ -24,7 +24,9 @@ LEASE = 0.6
 def runtime(tmp_path: Path) -> Iterator[Runtime]:
     url = f"sqlite:///{tmp_path / 'steps.db'}"
     migrate(url)
-    runtime = Runtime(Settings(database_url=url, lease=LEASE, heartbeat_interval=0.1))
+    runtime = Runtime(
+        Settings().replace(store={"url": url}, calls={"lease": LEASE, "heartbeat_interval": 0.1})
+    )
     yield runtime
     runtime.close()
 

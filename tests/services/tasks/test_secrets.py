@@ -117,11 +117,10 @@ def _client(
     keys: tuple[str, ...],
 ) -> Client:  # fmt: skip
     monkeypatch.setenv("TOOLSAFE_TEST_SECRET_URL", downstream.url)
-    settings = Settings(
-        database_url=database,
-        broker_url=redis_url,
-        adapter_modules=("tests.support.tasks.secret_adapters",),
-        secret_keys=keys,
+    settings = Settings().replace(
+        store={"url": database},
+        broker={"url": redis_url},
+        tools={"adapter_modules": ("tests.support.tasks.secret_adapters",), "secret_keys": keys},
     )
     return Client(create_app(settings))
 

@@ -77,7 +77,7 @@ def test_policy_values_are_checked() -> None:
 def test_policies_per_tool_fall_back_to_the_default() -> None:
     # The per-tool policies live in the settings, the one home of policy defaults.
     strict = PolicySettings(max_attempts=1)
-    settings = Settings(tool_policies={"send_email": strict})
-    assert settings.policy_for("send_email") == strict.policy()
-    assert settings.policy_for("send_email").retry.max_attempts == 1
-    assert settings.policy_for("create_invoice") == settings.policy.policy()
+    settings = Settings().replace(policies={"per_tool": {"send_email": strict}})
+    assert settings.policies.for_tool("send_email") == strict.policy()
+    assert settings.policies.for_tool("send_email").retry.max_attempts == 1
+    assert settings.policies.for_tool("create_invoice") == settings.policies.default.policy()

@@ -41,7 +41,7 @@ def verifying(sent_ago: timedelta, unavailable_so_far: int) -> StepSnapshot:
 
 def test_the_default_budget_is_minutes_not_seconds() -> None:
     assert timedelta(minutes=10) == BUDGET
-    assert Settings.from_env({}).policy_for("create_invoice").verification.budget == BUDGET
+    assert Settings.from_env({}).policies.for_tool("create_invoice").verification.budget == BUDGET
 
 
 def test_many_unavailable_lookups_inside_the_budget_look_again() -> None:
@@ -137,8 +137,8 @@ def test_the_budget_is_a_setting_with_per_tool_overrides() -> None:
             "TOOLSAFE_TOOL_POLICIES": '{"send_email": {"verify_budget": 900}}',
         }
     )
-    assert settings.policy_for("create_invoice").verification.budget == timedelta(minutes=2)
-    assert settings.policy_for("send_email").verification.budget == timedelta(minutes=15)
+    assert settings.policies.for_tool("create_invoice").verification.budget == timedelta(minutes=2)
+    assert settings.policies.for_tool("send_email").verification.budget == timedelta(minutes=15)
     with pytest.raises(SettingsError, match="TOOLSAFE_VERIFY_BUDGET"):
         Settings.from_env({"TOOLSAFE_VERIFY_BUDGET": "0"})
     with pytest.raises(ValueError, match="budget"):

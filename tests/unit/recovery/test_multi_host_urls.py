@@ -52,7 +52,7 @@ def test_settings_and_store_selection_take_a_multi_host_url(url: str) -> None:
     assert scheme_of(url) == "postgresql+psycopg"
     assert serves(url)
     settings = Settings.from_env({"TOOLSAFE_DATABASE_URL": url})
-    assert settings.database_url == url
+    assert settings.store.url == url
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_submit_again_republishes_a_step_whose_submitter_died_before_publishing(
     world: World,
 ) -> None:
     policy = world.runtime.policy_for(TOOL)
-    stale = now() - timedelta(seconds=SETTINGS.republish_after + 1)
+    stale = now() - timedelta(seconds=SETTINGS.sweep.republish_after + 1)
     world.store.submit(TOOL, INPUT, operation_ref=REF, policy=policy, now=stale, published_at=stale)
     world.store.submit(TOOL, INPUT, operation_ref="never", policy=policy, now=now())
     world.client.submit(TOOL, INPUT, operation_ref=REF)

@@ -194,7 +194,9 @@ def test_an_eta_goes_out_on_the_publishers_own_clock() -> None:
         def send_task(self, *_: object, eta: datetime | None = None, **__: object) -> None:
             sent.append(eta)
 
-    publisher = Publisher(App(), Settings(max_eta=10, eta_jitter=0.0), clock)
+    publisher = Publisher(
+        App(), Settings().replace(broker={"max_eta": 10, "eta_jitter": 0.0}), clock
+    )
     now = clock.now()  # the database's time
     assert publisher.execute("clock/eta", now + timedelta(seconds=3), now)
     # 3 s from now on the local clock, and never early by the offset's error (twice

@@ -83,7 +83,7 @@ def test_bad_handler_paths_are_settings_errors() -> None:
      (10.0, True, True), (10.5, False, False), (3600.0, False, False)],
 )  # fmt: skip
 def test_eta_only_below_the_bound(due_in: float | None, publish: bool, has_eta: bool) -> None:
-    settings = Settings(max_eta=10, eta_jitter=0.5)
+    settings = Settings().replace(broker={"max_eta": 10, "eta_jitter": 0.5})
     publisher = Publisher(app=None, settings=settings)
     publisher._rng = random.Random(7)
     due_at = None if due_in is None else NOW + timedelta(seconds=due_in)
@@ -91,7 +91,7 @@ def test_eta_only_below_the_bound(due_in: float | None, publish: bool, has_eta: 
     assert (sent, eta is not None) == (publish, has_eta)
     if eta is not None and due_at is not None:
         # Never earlier than due, never beyond the bound the broker can hold safely.
-        assert due_at <= eta <= NOW + timedelta(seconds=settings.max_eta)
+        assert due_at <= eta <= NOW + timedelta(seconds=settings.broker.max_eta)
 
 
 def test_json_log_lines_carry_the_event() -> None:

@@ -26,7 +26,7 @@ def _logger(name: str) -> tuple[logging.Logger, io.StringIO]:
 
 
 def test_worker_handlers_get_the_guard(tmp_path: Path) -> None:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}"))
+    app = create_app(Settings().replace(store={"url": f"sqlite:///{tmp_path / 'x.db'}"}))
     try:
         for signal, name in (
             (after_setup_logger, "guard.main"),

@@ -37,7 +37,7 @@ from toolsafe.tasks.runtime import Runtime
 
 S = StepState
 REF = "run_81/step_4"
-LEASE = timedelta(seconds=SETTINGS.lease)
+LEASE = timedelta(seconds=SETTINGS.calls.lease)
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
@@ -146,7 +146,7 @@ def test_execute_a_short_retry_publishes_it_with_its_due_time(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
     submit(runtime)
-    adapter.answers.append(retry_in(SETTINGS.max_eta / 2))
+    adapter.answers.append(retry_in(SETTINGS.broker.max_eta / 2))
     assert pipeline.execute(runtime, hints, REF) == "run"
     step = store.get(REF)
     assert step.state is S.WAITING_RETRY and step.due_at is not None
@@ -161,12 +161,12 @@ def test_execute_a_retry_beyond_max_eta_is_parked_until_the_release(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
     submit(runtime)
-    adapter.answers.append(retry_in(SETTINGS.max_eta + 100))
+    adapter.answers.append(retry_in(SETTINGS.broker.max_eta + 100))
     assert pipeline.execute(runtime, hints, REF) == "run"
     step = store.get(REF)
     assert step.state is S.WAITING_RETRY and step.due_at is not None and hints.take() == []
     assert step.published_at is None  # nothing went out: the delay is parked in the store
-    lookahead = timedelta(seconds=SETTINGS.max_eta)
+    lookahead = timedelta(seconds=SETTINGS.broker.max_eta)
     # Too early: nothing is released before the due time comes within max_eta.
     assert pipeline.release(runtime, hints, step.due_at - lookahead - timedelta(seconds=1)) == 0
     assert hints.take() == []
@@ -178,7 +178,7 @@ def test_execute_a_retry_beyond_max_eta_is_parked_until_the_release(
     assert pipeline.release(runtime, hints, released_at + timedelta(seconds=1)) == 0
     assert hints.take() == []
     # The hint got lost: due_work re-publishes it republish_after past the due time.
-    late = step.due_at + timedelta(seconds=SETTINGS.republish_after + 1)
+    late = step.due_at + timedelta(seconds=SETTINGS.sweep.republish_after + 1)
     assert [s.operation_ref for s in store.due_work(late, 10, timedelta(seconds=30))] == [REF]
 
 
@@ -484,7 +484,7 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints
 ) -> None:
     submit(runtime, "lost")
-    backlog = SETTINGS.sweep_batch + 1
+    backlog = SETTINGS.sweep.batch + 1
     deferred = pipeline.sweep(runtime, hints, lambda: backlog)
     assert deferred == {
         "expired": 0,
@@ -556,7 +556,7 @@ def test_a_long_loss_is_recovered_a_batch_per_sweep(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints
 ) -> None:
     at = now()
-    batch = SETTINGS.sweep_batch
+    batch = SETTINGS.sweep.batch
     for index in range(batch + 1):
         runtime.store.submit(
             TOOL, INPUT, operation_ref=f"q{index}", policy=runtime.policy_for(TOOL),

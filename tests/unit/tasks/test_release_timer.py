@@ -38,10 +38,10 @@ def test_the_tick_is_a_quarter_of_the_lookahead_at_most_a_second() -> None:
 
 def test_the_timer_sends_a_parked_retry_ahead_of_its_due_time() -> None:
     adapter = ScriptedAdapter()
-    settings = Settings(max_eta=0.4)
+    settings = Settings().replace(broker={"max_eta": 0.4})
     runtime, store = memory_runtime(adapter, settings)
     runtime.store.submit(TOOL, INPUT, operation_ref=REF, policy=runtime.policy_for(TOOL), now=now())
-    hints = RecordingHints(max_eta=settings.max_eta)
+    hints = RecordingHints(max_eta=settings.broker.max_eta)
     adapter.answers.append(retry_in(1.0))
     assert pipeline.execute(runtime, hints, REF) == "run"
     due = store.get(REF).due_at
@@ -97,15 +97,15 @@ def test_a_failing_release_is_logged_once_and_the_timer_goes_on(
 
 def test_a_sweep_releases_one_batch_the_timer_all_of_them() -> None:
     adapter = ScriptedAdapter()
-    settings = Settings(sweep_batch=2)
+    settings = Settings().replace(sweep={"batch": 2})
     runtime, store = memory_runtime(adapter, settings)
-    hints = RecordingHints(max_eta=settings.max_eta)
+    hints = RecordingHints(max_eta=settings.broker.max_eta)
     for n in range(5):
         ref = f"run_9/step_{n}"
         runtime.store.submit(
             TOOL, INPUT, operation_ref=ref, policy=runtime.policy_for(TOOL), now=now()
         )
-        adapter.answers.append(retry_in(settings.max_eta + 5))
+        adapter.answers.append(retry_in(settings.broker.max_eta + 5))
         assert pipeline.execute(runtime, hints, ref) == "run"
     assert hints.take() == []
     later = now() + timedelta(seconds=10)  # all five due within max_eta of this

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -23,9 +25,15 @@ from toolsafe.settings import (
     DEFAULT_BROKER_URL,
     POLICY_KEYS,
     VISIBILITY_RULE,
+    BrokerSettings,
+    CallSettings,
+    GatewaySettings,
+    MetricsSettings,
+    Policies,
     PolicySettings,
     Settings,
     SettingsError,
+    SweepSettings,
     known_variables,
     load_settings,
     required_visibility_timeout,
@@ -37,13 +45,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_defaults_without_environment() -> None:
     settings = Settings.from_env({})
-    assert settings.broker_url == DEFAULT_BROKER_URL
-    assert settings.database_url.startswith("sqlite:///")
-    assert settings.adapter_modules == ("toolsafe.adapters.examples",)
-    assert settings.faults_enabled is False
+    assert settings.broker.url == DEFAULT_BROKER_URL
+    assert settings.store.url.startswith("sqlite:///")
+    assert settings.tools.adapter_modules == ("toolsafe.adapters.examples",)
+    assert settings.faults.enabled is False
     # Short leases kept alive by a heartbeat: a dead worker is recovered in seconds.
-    assert settings.lease <= 15
-    assert settings.heartbeat_interval * 3 <= settings.lease
+    assert settings.calls.lease <= 15
+    assert settings.calls.heartbeat_interval * 3 <= settings.calls.lease
 
 
 def test_values_are_read_and_typed() -> None:
@@ -64,16 +72,16 @@ def test_values_are_read_and_typed() -> None:
             "TOOLSAFE_ESCALATION_HANDLERS": "my.mod:notify",
         }
     )
-    assert settings.broker_url.endswith("/7")
-    assert settings.adapter_modules == ("a.b", "c.d")
-    assert settings.lease == 12.5
-    assert settings.heartbeat_interval == 2.5  # a fifth of the lease when unset
-    assert settings.policy_for("send_email").retry.max_attempts == 7
-    assert settings.policy_for("create_invoice").retry.max_attempts == 2
+    assert settings.broker.url.endswith("/7")
+    assert settings.tools.adapter_modules == ("a.b", "c.d")
+    assert settings.calls.lease == 12.5
+    assert settings.calls.heartbeat_interval == 2.5  # a fifth of the lease when unset
+    assert settings.policies.for_tool("send_email").retry.max_attempts == 7
+    assert settings.policies.for_tool("create_invoice").retry.max_attempts == 2
     # An override keeps the other defaults of the environment.
-    assert settings.policy_for("create_invoice").retry.base_delay == timedelta(seconds=1)
-    assert settings.faults_enabled and settings.fault_state_dir == "/tmp/plan.json.fired"
-    assert settings.escalation_handlers == ("my.mod:notify",)
+    assert settings.policies.for_tool("create_invoice").retry.base_delay == timedelta(seconds=1)
+    assert settings.faults.enabled and settings.faults.state_dir == "/tmp/plan.json.fired"
+    assert settings.escalation.handlers == ("my.mod:notify",)
 
 
 @pytest.mark.parametrize(
@@ -124,10 +132,10 @@ def test_config_follows_the_durability_rules() -> None:
     assert config["broker_transport_options"] == {"visibility_timeout": 5000.0}
     assert config["result_backend_transport_options"] == {"visibility_timeout": 5000.0}
     assert config["worker_send_task_events"] and config["task_send_sent_event"]
-    assert config["worker_eta_task_limit"] == settings.worker_eta_task_limit
+    assert config["worker_eta_task_limit"] == settings.broker.worker_eta_task_limit
     assert {queue.name for queue in config["task_queues"]} == set(celeryconfig.QUEUES)
     assert config["task_routes"][celeryconfig.VERIFY_TASK] == {"queue": "toolsafe.verify"}
-    assert config["beat_schedule"]["toolsafe-sweep"]["schedule"] == settings.sweep_interval
+    assert config["beat_schedule"]["toolsafe-sweep"]["schedule"] == settings.sweep.interval
     # Every hard limit and the longest ETA stay well under the visibility timeout.
     limits = celeryconfig.task_limits(settings)
     assert set(limits) == {
@@ -137,7 +145,7 @@ def test_config_follows_the_durability_rules() -> None:
         celeryconfig.SWEEP_TASK,
     }
     longest = max(hard for _, hard in limits.values())
-    assert settings.visibility_timeout >= 2 * (settings.max_eta + longest)
+    assert settings.broker.visibility_timeout >= 2 * (settings.broker.max_eta + longest)
 
 
 def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
@@ -145,13 +153,9 @@ def test_config_refuses_a_visibility_timeout_under_a_task_limit() -> None:
     # (in Settings) counts every task's limit, so these settings cannot even be built.
     with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
         celeryconfig.build_config(
-            Settings(
-                task_time_limit=2,
-                task_soft_time_limit=1,
-                lease=3,
-                heartbeat_interval=1,
-                max_eta=1,
-                visibility_timeout=8,
+            Settings().replace(
+                calls={"time_limit": 2, "soft_time_limit": 1, "lease": 3, "heartbeat_interval": 1},
+                broker={"max_eta": 1, "visibility_timeout": 8},
             )
         )
 
@@ -177,7 +181,7 @@ def test_two_apps_with_their_own_settings_in_one_process() -> None:
         }
         assert app.tasks["toolsafe.execute"].app is app
         assert app.tasks["toolsafe.execute"].acks_late is True
-        assert app.tasks["toolsafe.execute"].time_limit == app.settings.task_time_limit
+        assert app.tasks["toolsafe.execute"].time_limit == app.settings.calls.time_limit
     assert first.tasks["toolsafe.execute"] is not second.tasks["toolsafe.execute"]
 
 
@@ -248,7 +252,7 @@ def test_an_adapter_module_receives_the_settings_read_for_it(acme_module: str) -
         base_url="https://acme.example", retries=5
     )
     registry = Registry()
-    registry.load_modules(settings.adapter_modules, settings.adapter_settings())
+    registry.load_modules(settings.tools.adapter_modules, settings.adapter_settings())
     adapter = registry.get("acme_lookup")
     assert isinstance(adapter, Acme) and adapter.settings.retries == 5
     # Modules without settings keep the one-argument register(registry).
@@ -307,8 +311,8 @@ def test_the_registry_gives_defaults_when_no_settings_were_read() -> None:
 
 
 def test_policy_defaults_come_from_the_policy_itself() -> None:
-    assert Settings.from_env({}).policy_for("any_tool") == Policy()
-    assert Settings().policy_for("any_tool") == Policy()
+    assert Settings.from_env({}).policies.for_tool("any_tool") == Policy()
+    assert Settings().policies.for_tool("any_tool") == Policy()
     assert PolicySettings().policy() == Policy()
     assert POLICY_KEYS == KNOBS
 
@@ -327,11 +331,11 @@ def test_the_visibility_rule_is_the_documented_one() -> None:
     ):  # fmt: skip
         settings = Settings.from_env(env)
         values = {
-            "TOOLSAFE_MAX_ETA": settings.max_eta,
-            "TOOLSAFE_ETA_JITTER": settings.eta_jitter,
-            "TOOLSAFE_TASK_TIME_LIMIT": settings.task_time_limit,
-            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": settings.escalation_webhook_timeout,
-            "TOOLSAFE_SWEEP_INTERVAL": settings.sweep_interval,
+            "TOOLSAFE_MAX_ETA": settings.broker.max_eta,
+            "TOOLSAFE_ETA_JITTER": settings.broker.eta_jitter,
+            "TOOLSAFE_TASK_TIME_LIMIT": settings.calls.time_limit,
+            "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": settings.escalation.webhook_timeout,
+            "TOOLSAFE_SWEEP_INTERVAL": settings.sweep.interval,
         }
         expression = right
         for name in sorted(values, key=len, reverse=True):
@@ -343,3 +347,81 @@ def test_the_visibility_rule_is_the_documented_one() -> None:
         Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed)})
         with pytest.raises(SettingsError, match="TOOLSAFE_VISIBILITY_TIMEOUT"):
             Settings.from_env({**env, "TOOLSAFE_VISIBILITY_TIMEOUT": repr(needed - 0.01)})
+
+
+# ----------------------------------------------------------------------------- sections
+
+NO_SETTINGS_MODULE = "tests.support.conformance.adapters"
+PROCESS_WIDE = {"operator": "TOOLSAFE_OPERATOR", "log_json": "TOOLSAFE_LOG_FORMAT"}
+
+
+def test_every_variable_belongs_to_one_section() -> None:
+    sections = Settings().sections()
+    assert list(sections) == [
+        "broker", "store", "tools", "calls", "sweep", "policies", "escalation", "faults",
+        "metrics", "gateway",
+    ]  # fmt: skip
+    listed = [v for section in sections.values() for v in section.variables()]
+    listed += PROCESS_WIDE.values()
+    assert len(listed) == len(set(listed))
+    # Those toolsafe reads itself: an adapter module that declares no settings of its own.
+    assert set(listed) == set(known_variables({"TOOLSAFE_ADAPTERS": NO_SETTINGS_MODULE}))
+    for section in sections.values():
+        names = {f.name for f in dataclasses.fields(section)}
+        assert set(section.VARIABLES) <= names
+        if not isinstance(section, Policies):
+            assert set(section.VARIABLES) == names, type(section).__name__
+
+
+def test_each_section_is_read_from_its_own_variables() -> None:
+    # A value set for each field's variable lands in that field and no other.
+    settings = Settings.from_env(
+        {
+            "TOOLSAFE_METRICS_PORT": "9101",
+            "TOOLSAFE_GATEWAY_MAX_WAITS": "7",
+            "TOOLSAFE_SWEEP_BATCH": "9",
+        }
+    )
+    assert settings.metrics == MetricsSettings(port=9101)
+    assert settings.gateway == GatewaySettings(max_waits=7)
+    assert settings.sweep == SweepSettings(batch=9)
+    assert settings.broker == BrokerSettings()
+
+
+def test_replace_changes_fields_inside_sections_and_checks_again() -> None:
+    settings = Settings().replace(
+        sweep={"batch": 2}, calls={"lease": 4.0, "heartbeat_interval": 1.0}
+    )
+    assert settings.sweep == SweepSettings(batch=2)
+    assert (settings.calls.lease, settings.calls.heartbeat_interval) == (4.0, 1.0)
+    assert settings.calls.time_limit == CallSettings().time_limit
+    assert settings.broker == Settings().broker
+    # The section's own checks and the rule across sections both run again.
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_SWEEP_BATCH: must be greater than 0"):
+        settings.replace(sweep={"batch": 0})
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_HEARTBEAT_INTERVAL: must be at most"):
+        settings.replace(calls={"heartbeat_interval": 2.0})
+    with pytest.raises(SettingsError, match=r"^TOOLSAFE_VISIBILITY_TIMEOUT"):
+        settings.replace(broker={"visibility_timeout": 10.0})
+    with pytest.raises(TypeError, match="no section 'lease'"):
+        settings.replace(lease={"seconds": 3})
+    with pytest.raises(TypeError, match="batch_size"):
+        settings.replace(sweep={"batch_size": 3})
+
+
+def test_the_settings_table_is_grouped_by_section() -> None:
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    settings = Settings()
+    for name, section in settings.sections().items():
+        table = _table_after(page, f"**`settings.{name}`")
+        assert table == set(section.variables()), name
+    assert _table_after(page, "**Every process") == set(PROCESS_WIDE.values())
+
+
+def _table_after(page: str, title: str) -> set[str]:
+    """The variables of the table under the line that starts with ``title``."""
+    assert title in page, title
+    found: set[str] = set()
+    for line in page.split(title, 1)[1].split("\n\n", 2)[1].splitlines():
+        found.update(re.findall(r"`(TOOLSAFE_[A-Z_]+)`", line.split("|")[1]))
+    return found

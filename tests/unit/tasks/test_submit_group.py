@@ -4,7 +4,6 @@ call refused alone, a lone caller never waiting for company."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,7 +60,7 @@ def world(window: float) -> tuple[Client, CountingStore, RecordingHints]:
     registry = Registry()
     registry.register(ScriptedAdapter())
     store = CountingStore()
-    settings = dataclasses.replace(SETTINGS, submit_window=window)
+    settings = SETTINGS.replace(store={"submit_window": window})
     hints = RecordingHints()
     runtime = Runtime(settings, backend=memory_backend(store), registry=registry)
     return Client(runtime=runtime, hints=hints), store, hints

@@ -15,7 +15,7 @@ def test_only_toolsafes_app_has_what_recovery_needs() -> None:
     app = create_app(Settings())
     try:
         assert isinstance(app, WorkerApp)
-        assert app.runtime.settings.lease == Settings().lease
+        assert app.runtime.settings.calls.lease == Settings().calls.lease
     finally:
         app.close()
     assert not isinstance(Celery(), WorkerApp)

@@ -63,7 +63,7 @@ async def step_stream(state: Gateway, ref: str, after: int) -> AsyncIterator[str
     ``TOOLSAFE_GATEWAY_MAX_WAIT``; counted as a held wait while it runs."""
     store = state.client.runtime.store
     last = after
-    deadline = time.monotonic() + state.settings.gateway_max_wait
+    deadline = time.monotonic() + state.settings.gateway.max_wait
     state.waits += 1
     try:
         with state.client.runtime.feed.subscribe(ref) as changes:

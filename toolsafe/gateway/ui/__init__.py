@@ -23,7 +23,7 @@ def install(app: FastAPI, gateway: Gateway) -> None:
     except FeatureMissing as error:
         _refuse(app, error)
         return
-    sessions = Sessions(gateway.authenticator, gateway.settings.ui_session_key)
+    sessions = Sessions(gateway.authenticator, gateway.settings.gateway.ui_session_key)
     app.state.ui = routes.UiState(gateway, sessions, overview)
     app.include_router(routes.router)
     app.include_router(streams.router)

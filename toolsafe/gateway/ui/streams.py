@@ -72,7 +72,7 @@ async def overview_events(request: Request) -> Response:
 
 
 async def _changes(state: Gateway) -> AsyncIterator[str]:
-    deadline = time.monotonic() + state.settings.gateway_max_wait
+    deadline = time.monotonic() + state.settings.gateway.max_wait
     state.waits += 1
     try:
         with state.client.runtime.feed.subscribe(ANY) as changes:
