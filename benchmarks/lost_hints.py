@@ -45,7 +45,7 @@ from benchmarks.noop_adapter import TOOL
 from toolsafe.harness import flush_broker
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.settings import Settings
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import sweeper
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.broker_watch import MARKER_KEY, RedisBrokerWatch
 from toolsafe.tasks.client import Client
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 def sweeps(seconds: float, watch: RedisBrokerWatch | None = watch) -> None:
                     ends = time.monotonic() + seconds
                     while time.monotonic() < ends:
-                        pipeline.sweep(client.runtime, publisher, publisher.backlog, watch)
+                        sweeper.sweep(client.runtime, publisher, publisher.backlog, watch)
                         time.sleep(args.interval)
 
                 prefix = f"l{uuid.uuid4().hex[:6]}/"

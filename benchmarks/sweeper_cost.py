@@ -91,7 +91,7 @@ def _median_ms(function: Callable[[], object], rounds: int, before: Callable[[],
 
 
 class Sweeper:
-    """One sweep as ``toolsafe.tasks.pipeline.sweep`` runs it, without publishing."""
+    """One sweep as ``toolsafe.tasks.sweeper.sweep`` runs it, without publishing."""
 
     def __init__(self, store: StepStore) -> None:
         self.store = store

@@ -41,7 +41,7 @@ from toolsafe.celeryconfig import (
     task_limits,
 )
 from toolsafe.settings import Settings
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.broker_watch import RedisBrokerWatch
 from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.escalation import Handler, load_handlers
@@ -251,7 +251,7 @@ def _register_tasks(app: ToolsafeApp) -> None:
     # create_app); their work shows in the log (event "sweep") and in the metrics.
     @app.task(**options(SWEEP_TASK), send_events=False)  # type: ignore[untyped-decorator]
     def sweep() -> dict[str, int]:
-        return pipeline.sweep(runtime, publisher, publisher.backlog, publisher.watch)
+        return sweeper.sweep(runtime, publisher, publisher.backlog, publisher.watch)
 
 
 def create_app(settings: Settings | None = None, main: str = "toolsafe") -> ToolsafeApp:

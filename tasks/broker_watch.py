@@ -123,7 +123,7 @@ def server_start(client: Any, now: datetime, uptime: int) -> datetime:
 
 
 class BrokerWatch(Protocol):
-    """What the sweeper asks the broker (``pipeline.sweep``)."""
+    """What the sweeper asks the broker (``sweeper.sweep``)."""
 
     def losses(self, now: datetime) -> LossWindow | None:
         """The window of hints lost and not yet re-sent; None: nothing lost."""

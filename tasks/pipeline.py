@@ -1,4 +1,5 @@
-"""The bodies of the tasks: claim, call, record, carry out the Decision; and the sweep.
+"""The bodies of the tasks: claim, call, record, carry out the Decision; escalate. The
+sweep and the release of parked delays are ``tasks/sweeper.py``.
 
 Every function here treats its message as a hint (R1): it re-reads the step, does
 nothing when there is nothing to do, and never retries through ``Task.retry`` (R8).
@@ -24,7 +25,6 @@ from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
-from toolsafe.tasks.broker_watch import BrokerWatch
 from toolsafe.tasks.clock import on_database_clock
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
@@ -85,7 +85,7 @@ class StepReport:
         return shown
 
 
-def _event(event: str, operation_ref: str, **fields: Any) -> None:
+def log_event(event: str, operation_ref: str, **fields: Any) -> None:
     """One log line: ``event operation_ref key=value ...``, the same keys as ``extra``;
     nothing is built when INFO is off."""
     if not log.isEnabledFor(logging.INFO):
@@ -148,7 +148,7 @@ def carry_out(
             runtime.store.mark_published(ref, arrives)
         else:
             # Due beyond max_eta: parked in the store, released by the release timer.
-            _event("parked", ref, due_at=str(due_at))
+            log_event("parked", ref, due_at=str(due_at))
     elif decision.action == "escalate":
         faults.hit("before_publish", ref)
         hints.escalation(ref, tool=recorded.step.tool)
@@ -162,7 +162,7 @@ def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
     recorded = recover_if_owner_gone(runtime, operation_ref)
     if recorded is None:
         return False
-    _event("owner_gone", operation_ref, state=str(recorded.step.state))
+    log_event("owner_gone", operation_ref, state=str(recorded.step.state))
     carry_out(runtime, hints, recorded, runtime.now())
     return True
 
@@ -192,7 +192,7 @@ def _claim(
         if _owner_gone(runtime, hints, operation_ref):
             report.note = "its worker was lost: the step goes to verification"
             return "owner_gone"
-        _event(f"{kind}_noop", operation_ref)
+        log_event(f"{kind}_noop", operation_ref)
         report.note = NOTHING_TO_DO
         return "noop"
     return claim, heartbeat_for(runtime).hold(claim, claimed_at)
@@ -245,7 +245,7 @@ def _execute_claimed(
     try:
         runtime.faults.hit("after_claim", operation_ref)
         step = claim.step
-        _event(
+        log_event(
             "execute_claimed",
             operation_ref,
             tool=step.tool,
@@ -269,7 +269,7 @@ def _execute_claimed(
             if not hold.holds():
                 # Paused or cut off past the lease (or the time limit): the step may be
                 # someone else's by now, so this process sends nothing (docs/operations.md).
-                _event("lease_lost", operation_ref, before="call")
+                log_event("lease_lost", operation_ref, before="call")
                 report.note = LEASE_LOST
                 return "lease_lost"
             with (
@@ -290,7 +290,7 @@ def _execute_claimed(
         held = heartbeat_for(runtime).release(hold)
     if held is None:
         # The heartbeat found the lease taken over: the call records nothing (R4).
-        _event("lease_lost", operation_ref, before="record")
+        log_event("lease_lost", operation_ref, before="record")
         report.note = LEASE_LOST
         return "lease_lost"
     return _record(
@@ -344,7 +344,7 @@ def _verify_claimed(
     finally:
         held = heartbeat_for(runtime).release(hold)
     if held is None:
-        _event("lease_lost", operation_ref, before="record")
+        log_event("lease_lost", operation_ref, before="record")
         report.note = LEASE_LOST
         return "lease_lost"
     return _record(
@@ -390,14 +390,14 @@ def _record(
             )
     if recorded is None:
         # Someone expired our lease meanwhile: the step is theirs to verify (R4).
-        _event("lease_lost", ref)
+        log_event("lease_lost", ref)
         report.note = LEASE_LOST
         return "lease_lost"
     runtime.faults.hit("after_record", ref)
     recorded = honour_cancel_request(runtime, recorded)
     report.recorded(recorded)
     state = str(recorded.step.state)
-    _event(event, ref, state=state, action=recorded.decision.action, **fields)
+    log_event(event, ref, state=state, action=recorded.decision.action, **fields)
     # Follow-up hints published here carry this trace (a retry, a verification).
     with tracing.span("toolsafe.decision", {"toolsafe.decision.action": recorded.decision.action}):
         return carry_out(runtime, hints, recorded, runtime.now())
@@ -431,7 +431,7 @@ def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:
         )
     except TransitionRefused:  # it moved on meanwhile; what it is now stands
         return recorded
-    _event("cancel_honoured", step.operation_ref, after=str(step.state))
+    log_event("cancel_honoured", step.operation_ref, after=str(step.state))
     return cancelled
 
 
@@ -443,18 +443,18 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
     try:
         step = store.get(operation_ref)
     except StepNotFound:
-        _event("escalation_noop", operation_ref)
+        log_event("escalation_noop", operation_ref)
         return "noop"
     owed = store.outbox.notices(operation_ref, open_only=True)
     if step.state is not StepState.ESCALATED:
         # Resolved before the notification ran: nothing to tell.
         for stale in owed:
             store.outbox.acknowledge(stale.id, runtime.now(), "step_moved_on")
-        _event("escalation_noop", operation_ref)
+        log_event("escalation_noop", operation_ref)
         return "noop"
     if not owed:
         # Taken already (a duplicate or late hint): handlers heard of it once.
-        _event("escalation_noop", operation_ref, reason="delivered")
+        log_event("escalation_noop", operation_ref, reason="delivered")
         return "noop"
     *earlier, current = owed
     for stale in earlier:  # escalations the step has since left (re-driven, escalated again)
@@ -462,142 +462,7 @@ def escalate(runtime: Runtime, handlers: list[tuple[str, Handler]], operation_re
     notice = EscalationNotice.from_step(step, store.events(operation_ref), current.dedup_key)
     failed = notify(handlers, notice)
     if failed:
-        _event("escalation_unacknowledged", operation_ref, failed=",".join(failed))
+        log_event("escalation_unacknowledged", operation_ref, failed=",".join(failed))
         return "handler_failed"
     store.outbox.acknowledge(current.id, runtime.now())
     return "notified"
-
-
-def sweep(
-    runtime: Runtime,
-    hints: Hints,
-    backlog: Callable[[], int | None] | None = None,
-    watch: BrokerWatch | None = None,
-) -> dict[str, int]:
-    """Expired leases → verification (R4); due work whose hint was lost → published (R7).
-
-    ``watch`` tells when the broker lost what it held (``tasks/broker_watch.py``): the
-    steps whose hint went out in that window are re-sent, a batch per sweep, and
-    nothing else ("recovered"). Stale hints (a publish that never happened after its
-    commit, a message lost between a worker's fetch and its acknowledgement) are
-    re-sent only while no hint waits in the broker (``backlog``, with a watch) or while
-    no more than a sweep batch waits (without one): until then a step's hint may still
-    be queued, and re-sending it would pile duplicates onto a queue being drained.
-    """
-    store = runtime.store
-    settings = runtime.settings
-    now = runtime.now()
-    expired = store.expire_leases(
-        now, runtime.traits_for, runtime.policy_for, limit=settings.sweep.batch
-    )
-    for recorded in expired:
-        _event(
-            "lease_expired",
-            recorded.step.operation_ref,
-            state=str(recorded.step.state),
-        )
-        carry_out(runtime, hints, recorded, now)
-    recovered = recover_lost(runtime, hints, watch, now) if watch is not None else 0
-    waiting = backlog() if backlog is not None else None
-    allowed = 0 if watch is not None else settings.sweep.batch
-    if waiting is not None and waiting > allowed:
-        _event("republish_deferred", "-", backlog=waiting)
-        due: list[StepRecord] = []
-    else:
-        due = store.due_work(
-            now,
-            limit=settings.sweep.batch,
-            republish_after=timedelta(seconds=settings.sweep.republish_after),
-        )
-    for step in due:
-        if step.state is StepState.VERIFYING:
-            hints.verify(step.operation_ref, None, now, tool=step.tool)
-        else:
-            hints.execute(step.operation_ref, None, now, tool=step.tool)
-        _event("republished", step.operation_ref, state=str(step.state))
-    # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
-    resend = store.outbox.due(
-        now,
-        limit=settings.sweep.batch,
-        resend_after=timedelta(seconds=settings.escalation.resend_after),
-    )
-    for notice in resend:
-        hints.escalation(notice.operation_ref)
-        _event("escalation_resent", notice.operation_ref, sends=notice.sends)
-    # The release timer's work too, in case beat runs without it (tasks/release.py):
-    # one batch, so a burst of due delays never holds the sweep past its time limit.
-    released = release(runtime, hints, now, batches=1)
-    counts = {
-        "expired": len(expired),
-        "republished": len(due),
-        "recovered": recovered,
-        "released": released,
-        "notices_resent": len(resend),
-    }
-    if expired or due or recovered or resend or released:
-        log.info("sweep %s", counts, extra={"event": "sweep", **counts})
-    return counts
-
-
-def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: datetime) -> int:
-    """One batch of the steps whose hint the broker lost (``watch``): those due now are
-    sent at once; those due later are un-parked, and ``release`` (later in the same
-    sweep) sends them with their ETA. Returns how many steps were handed out."""
-    window = watch.losses(now)
-    if window is None:
-        return 0
-    settings = runtime.settings
-    lost = runtime.store.lost_hints(
-        now,
-        window.since,
-        window.until,
-        window.until + timedelta(seconds=settings.broker.max_eta),
-        limit=settings.sweep.batch,
-    )
-    for step in lost:
-        if step.published_at is not None:  # due now (the others wait for ``release``)
-            if step.state is StepState.VERIFYING:
-                hints.verify(step.operation_ref, None, now, tool=step.tool)
-            else:
-                hints.execute(step.operation_ref, None, now, tool=step.tool)
-        _event("recovered", step.operation_ref, state=str(step.state))
-    if lost:
-        log.warning(
-            "the broker lost the hints of %d steps (sent %s to %s); re-sent",
-            len(lost),
-            "from the start" if window.since is None else window.since.isoformat(),
-            window.until.isoformat(),
-            extra={"event": "broker_loss", "steps": len(lost)},
-        )
-    if len(lost) < settings.sweep.batch:
-        watch.recovered(window)
-    return len(lost)
-
-
-def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | None = None) -> int:
-    """Parked delays out to the broker: the hints of waiting steps due within
-    ``TOOLSAFE_MAX_ETA``, each with its due time as ETA (R6); returns how many went out.
-
-    A delay longer than ``max_eta`` is not published when it is decided
-    (``carry_out``); the step waits in the store, and this publishes its hint ``max_eta``
-    before it falls due, so it reaches a worker ahead of time and runs at ``due_at`` as
-    precisely as any ETA message, while workers hold no more of the future than
-    ``max_eta``. A hint lost after its release is re-published by ``due_work``.
-    ``batches`` bounds the work (``TOOLSAFE_SWEEP_BATCH`` steps each); None: until done.
-    """
-    settings = runtime.settings
-    horizon = now + timedelta(seconds=settings.broker.max_eta)
-    released = 0
-    while batches is None or batches > 0:
-        if batches is not None:
-            batches -= 1
-        batch = runtime.store.release_parked(now, horizon, limit=settings.sweep.batch)
-        for step in batch:
-            if step.state is StepState.VERIFYING:
-                hints.verify(step.operation_ref, step.due_at, now, tool=step.tool)
-            else:
-                hints.execute(step.operation_ref, step.due_at, now, tool=step.tool)
-        released += len(batch)
-        if len(batch) < settings.sweep.batch:
-            break
-    return released

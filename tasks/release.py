@@ -4,7 +4,7 @@ A retry or a verification due later than ``TOOLSAFE_MAX_ETA`` is not published w
 is decided: the step waits in the store (``waiting_retry`` or ``verifying`` with its
 ``due_at``), and workers hold none of it in memory. This thread, in the sweeper's
 process (beat's, ``celery -A toolsafe beat`` or a worker's ``-B``), publishes each such
-hint ``max_eta`` before it is due, with its due time as ETA (``pipeline.release``). The
+hint ``max_eta`` before it is due, with its due time as ETA (``sweeper.release``). The
 hint reaches a worker ahead of time and runs at ``due_at`` as precisely as a plain
 Celery ETA, while no worker holds more than ``max_eta`` of the future; a backlog of
 10^5 waiting steps costs worker memory nothing and never blocks due work behind held
@@ -23,7 +23,7 @@ import logging
 import threading
 from typing import Final
 
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.release")
@@ -39,7 +39,7 @@ def tick_for(max_eta: float) -> float:
 
 
 class ReleaseTimer:
-    """The thread that runs ``pipeline.release`` every ``tick`` seconds until stopped."""
+    """The thread that runs ``sweeper.release`` every ``tick`` seconds until stopped."""
 
     def __init__(self, runtime: Runtime, hints: pipeline.Hints, tick: float | None = None) -> None:
         self.runtime = runtime
@@ -65,7 +65,7 @@ class ReleaseTimer:
     def release_once(self) -> int:
         """One release; a failure (database or broker down) is logged, never raised."""
         try:
-            released = pipeline.release(self.runtime, self.hints, self.runtime.now())
+            released = sweeper.release(self.runtime, self.hints, self.runtime.now())
         except Exception as error:  # the timer outlives outages; the next tick retries
             if not self._failing:
                 log.warning(

@@ -15,7 +15,7 @@ import pytest
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.recovery.states import StepState
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import sweeper
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -44,7 +44,7 @@ def cluster(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> Iterator[
 
 def _sweep(cluster: Cluster) -> dict[str, int]:
     publisher = cluster.client.app.publisher
-    return pipeline.sweep(cluster.client.runtime, publisher, publisher.backlog, publisher.watch)
+    return sweeper.sweep(cluster.client.runtime, publisher, publisher.backlog, publisher.watch)
 
 
 def test_a_hard_restart_resends_the_lost_hints_once_and_a_quiet_run_none(

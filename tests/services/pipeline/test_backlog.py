@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import flush_broker
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import sweeper
 from toolsafe.tasks.runtime import utcnow
 
 # No worker runs here, but the hints are real Redis messages (and the cluster's
@@ -59,15 +59,15 @@ def test_backlog_counts_waiting_hints_and_defers_republishing(
     assert publisher.backlog() == 8
 
     _wait_until_due_for_republish(cluster, refs)
-    counts = pipeline.sweep(client.runtime, publisher, publisher.backlog)
+    counts = sweeper.sweep(client.runtime, publisher, publisher.backlog)
     assert counts["republished"] == 0, "8 waiting hints > batch of 5: nothing re-published"
     assert publisher.backlog() == 8
 
     flush_broker(redis_url)  # the hints are lost, as after a Redis restart
     assert publisher.backlog() == 0
-    first = pipeline.sweep(client.runtime, publisher, publisher.backlog)
+    first = sweeper.sweep(client.runtime, publisher, publisher.backlog)
     assert first["republished"] == 5
-    second = pipeline.sweep(client.runtime, publisher, publisher.backlog)
+    second = sweeper.sweep(client.runtime, publisher, publisher.backlog)
     assert second["republished"] == 3
     assert publisher.backlog() == 8
 
@@ -81,7 +81,7 @@ def test_an_unreadable_backlog_does_not_stop_the_sweep(cluster: Cluster, redis_u
     store = client.runtime.store
     pending = [step.operation_ref for step in store.list_steps(None, 100)]
     _wait_until_due_for_republish(cluster, pending)
-    counts = pipeline.sweep(client.runtime, client.app.publisher, lambda: None)
+    counts = sweeper.sweep(client.runtime, client.app.publisher, lambda: None)
     # Every hint was lost (this module's earlier steps' too): a full batch goes out.
     expected = min(cluster.settings.sweep.batch, len(pending))
     assert counts["republished"] == expected

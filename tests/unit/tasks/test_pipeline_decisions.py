@@ -30,7 +30,7 @@ from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.recovery.store.memory.backend import memory_backend
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.broker_watch import LossWindow
 from toolsafe.tasks.escalation import EscalationNotice
 from toolsafe.tasks.runtime import Runtime
@@ -168,14 +168,14 @@ def test_execute_a_retry_beyond_max_eta_is_parked_until_the_release(
     assert step.published_at is None  # nothing went out: the delay is parked in the store
     lookahead = timedelta(seconds=SETTINGS.broker.max_eta)
     # Too early: nothing is released before the due time comes within max_eta.
-    assert pipeline.release(runtime, hints, step.due_at - lookahead - timedelta(seconds=1)) == 0
+    assert sweeper.release(runtime, hints, step.due_at - lookahead - timedelta(seconds=1)) == 0
     assert hints.take() == []
     # max_eta ahead: its hint goes out with the due time as ETA, once.
     released_at = step.due_at - lookahead
-    assert pipeline.release(runtime, hints, released_at) == 1
+    assert sweeper.release(runtime, hints, released_at) == 1
     assert hints.take() == [Hint("execute", REF, step.due_at)]
     assert store.get(REF).published_at == step.due_at
-    assert pipeline.release(runtime, hints, released_at + timedelta(seconds=1)) == 0
+    assert sweeper.release(runtime, hints, released_at + timedelta(seconds=1)) == 0
     assert hints.take() == []
     # The hint got lost: due_work re-publishes it republish_after past the due time.
     late = step.due_at + timedelta(seconds=SETTINGS.sweep.republish_after + 1)
@@ -452,7 +452,7 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     assert store.claim_execution("crashed", "dead-worker", LEASE, then) is not None
     submit(runtime, "lost")  # committed, its hint never went out
     verifying_since(runtime, "unchecked")
-    counts = pipeline.sweep(runtime, hints)
+    counts = sweeper.sweep(runtime, hints)
     assert counts == {
         "expired": 1,
         "republished": 2,
@@ -470,7 +470,7 @@ def test_sweep_sends_expired_leases_to_verification_and_republishes_lost_hints(
     ]
     assert store.get("lost").published_at is not None
     # Just republished: the next sweep leaves them alone.
-    assert pipeline.sweep(runtime, hints) == {
+    assert sweeper.sweep(runtime, hints) == {
         "expired": 0,
         "republished": 0,
         "recovered": 0,
@@ -485,7 +485,7 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
 ) -> None:
     submit(runtime, "lost")
     backlog = SETTINGS.sweep.batch + 1
-    deferred = pipeline.sweep(runtime, hints, lambda: backlog)
+    deferred = sweeper.sweep(runtime, hints, lambda: backlog)
     assert deferred == {
         "expired": 0,
         "republished": 0,
@@ -494,7 +494,7 @@ def test_sweep_defers_republishing_while_the_broker_holds_a_backlog(
         "notices_resent": 0,
     }
     assert hints.take() == [] and store.get("lost").published_at is None
-    resumed = pipeline.sweep(runtime, hints, lambda: None)
+    resumed = sweeper.sweep(runtime, hints, lambda: None)
     assert resumed == {
         "expired": 0,
         "republished": 1,
@@ -533,11 +533,11 @@ def test_sweep_resends_only_the_hints_sent_inside_the_brokers_loss_window(
     # The broker lost what was sent between 30 and 15 minutes ago.
     watch = ScriptedWatch(LossWindow(at - 30 * MINUTE, at - 15 * MINUTE))
     # Two hints still wait in the broker: the stale path waits, the lost one goes out.
-    counts = pipeline.sweep(runtime, hints, lambda: 2, watch)
+    counts = sweeper.sweep(runtime, hints, lambda: 2, watch)
     assert counts["recovered"] == 1 and counts["republished"] == 0
     assert hints.take() == [Hint("execute", "sent-1")]
     assert watch.closed and watch.window is None  # a short batch: the window is done
-    assert pipeline.sweep(runtime, hints, lambda: 2, watch)["recovered"] == 0
+    assert sweeper.sweep(runtime, hints, lambda: 2, watch)["recovered"] == 0
     assert hints.take() == []
 
 
@@ -546,9 +546,9 @@ def test_with_a_watch_stale_hints_wait_until_the_broker_is_empty(
 ) -> None:
     submit(runtime, "lost")  # committed an hour ago, its hint never went out
     quiet = ScriptedWatch(None)
-    assert pipeline.sweep(runtime, hints, lambda: 1, quiet)["republished"] == 0
+    assert sweeper.sweep(runtime, hints, lambda: 1, quiet)["republished"] == 0
     assert hints.take() == []
-    assert pipeline.sweep(runtime, hints, lambda: 0, quiet)["republished"] == 1
+    assert sweeper.sweep(runtime, hints, lambda: 0, quiet)["republished"] == 1
     assert hints.take() == [Hint("execute", "lost")]
 
 
@@ -563,9 +563,9 @@ def test_a_long_loss_is_recovered_a_batch_per_sweep(
             now=at - MINUTE, published_at=at - MINUTE,
         )  # fmt: skip
     watch = ScriptedWatch(LossWindow(None, at))
-    assert pipeline.sweep(runtime, hints, lambda: 1, watch)["recovered"] == batch
+    assert sweeper.sweep(runtime, hints, lambda: 1, watch)["recovered"] == batch
     assert watch.window is not None  # a full batch: more may wait
-    assert pipeline.sweep(runtime, hints, lambda: 1, watch)["recovered"] == 1
+    assert sweeper.sweep(runtime, hints, lambda: 1, watch)["recovered"] == 1
     assert watch.window is None
     sent = [hint.operation_ref for hint in hints.take()]
     assert sorted(sent) == sorted(f"q{index}" for index in range(batch + 1))

@@ -24,7 +24,7 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Backend, StepRecord, StorePort
 from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.settings import Settings
-from toolsafe.tasks import pipeline
+from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.release import MAX_TICK, ReleaseTimer, tick_for
 from toolsafe.tasks.runtime import Runtime
 
@@ -109,8 +109,8 @@ def test_a_sweep_releases_one_batch_the_timer_all_of_them() -> None:
         assert pipeline.execute(runtime, hints, ref) == "run"
     assert hints.take() == []
     later = now() + timedelta(seconds=10)  # all five due within max_eta of this
-    assert pipeline.release(runtime, hints, later, batches=1) == 2
-    assert pipeline.release(runtime, hints, later) == 3
+    assert sweeper.release(runtime, hints, later, batches=1) == 2
+    assert sweeper.release(runtime, hints, later) == 3
     assert sorted(hint.operation_ref for hint in hints.take()) == [
         f"run_9/step_{n}" for n in range(5)
     ]
