@@ -1,6 +1,8 @@
-"""``toolsafe chaos --partitions``: one worker of the run cut off from PostgreSQL and
-Redis (a black-holing proxy) while it holds a lease, longer than the lease, and healed;
-a handful of steps, and the run's checks stay at zero violations."""
+"""``toolsafe chaos --partitions --pool prefork``: one worker of the run cut off from
+PostgreSQL and Redis (a black-holing proxy) while one of its pool processes holds a
+lease, longer than the lease, and healed; SIGKILLs strike pool processes of live
+workers, which replace them. A handful of steps, and the run's checks stay at zero
+violations."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from toolsafe.cli.main import main
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
-def test_a_partitioned_worker_keeps_the_invariant(
+def test_a_partitioned_worker_and_killed_pool_processes_keep_the_invariant(
     chaos_database: str,  # noqa: F811 - the fixture
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -25,11 +27,12 @@ def test_a_partitioned_worker_keeps_the_invariant(
         [
             "chaos",
             "--partitions", "2",
+            "--pool", "prefork",
             "--database", chaos_database,
             "--steps", "20",
             "--batch", "5",
             "--workers", "2",
-            "--kills", "0",
+            "--kills", "6",
             "--broker-flushes", "0",
             "--db-kill-rounds", "0",
             "--duplicates", "0",
@@ -44,7 +47,12 @@ def test_a_partitioned_worker_keeps_the_invariant(
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["faults"]["worker partition"] == 2, printed
-    # Cut off, not killed: the partitioned worker never exited.
+    # Cut off, not killed, and the kills struck pool processes: no worker exited.
     assert report["worker_exits"] == {}, printed
     assert report["unplanned_worker_exits"] == 0
+    assert report["pool"] == "prefork"
+    assert report["kills_fired"] == report["kills_planned"], printed
+    # Every killed step settled again, and the report says how long each took.
+    assert report["kill_recovery"]["count"] == sum(report["kills_fired"].values()), printed
+    assert "kill → final or waiting on the agent (6 kills)" in printed
     assert "invariant violations: 0" in printed
