@@ -1,13 +1,16 @@
-"""How long a step took to recover from the SIGKILL that struck it: from the kill (its
-fault marker's time) to the first moment the step is settled again — final, or waiting
-on the agent or a person (``NEEDS_AGENT``) — read from the step's events. Pure: no I/O."""
+"""How long steps took to recover, read from their events: each SIGKILL's step from the
+kill (its fault marker's time) to the first moment it is settled again — final, or
+waiting on the agent or a person (``NEEDS_AGENT``) — and each scenario's recovery wait.
+Pure: no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from toolsafe.recovery.records import EventRecord
+from toolsafe.recovery.counts import WaitTimes, compute_counts
+from toolsafe.recovery.records import CountSources, EventRecord, EventSummary, StepSummary
 from toolsafe.recovery.states import NEEDS_AGENT
 
 
@@ -47,3 +50,16 @@ def summary(seconds: Sequence[float]) -> dict[str, float]:
         "p95": percentile(seconds, 0.95),
         "max": max(seconds),
     }
+
+
+def waits_by_scenario(sources: CountSources, scenario: Mapping[str, str]) -> dict[str, WaitTimes]:
+    """The recovery wait (first failure → terminal, docs/counts.md) of each scenario's
+    steps (``scenario``: operation_ref → name; "?" for a ref it does not name): where a
+    long tail comes from."""
+    steps: dict[str, list[StepSummary]] = defaultdict(list)
+    events: dict[str, list[EventSummary]] = defaultdict(list)
+    for step in sources.steps:
+        steps[scenario.get(step.operation_ref, "?")].append(step)
+    for event in sources.events:
+        events[scenario.get(event.operation_ref, "?")].append(event)
+    return {name: compute_counts(steps[name], events[name]).recovery_wait for name in sorted(steps)}

@@ -13,7 +13,7 @@ from typing import Any
 from toolsafe.chaos.plan import Schedule, ScheduleSize, Timing, Verdict
 from toolsafe.chaos.recovery_time import summary
 from toolsafe.harness.local import LOCAL_PG_ADMIN, LOCAL_REDIS
-from toolsafe.recovery.counts import Counts, as_json, render
+from toolsafe.recovery.counts import Counts, WaitTimes, as_json, render
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ class ChaosReport:
     failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
     # Per fired SIGKILL: seconds until its step was final or waiting on the agent again.
     kill_recovery_seconds: list[float] = field(default_factory=list)
+    # The recovery wait (first failure → terminal) of each scenario's steps.
+    recovery_by_scenario: dict[str, WaitTimes] = field(default_factory=dict)
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
@@ -162,6 +164,14 @@ class ChaosReport:
                 lines.append(f"  {violation}")
         if self.counts is not None:
             lines.extend(["", "counts (from the event log):", render(self.counts)])
+        waited = {name: w for name, w in self.recovery_by_scenario.items() if w.count}
+        if waited:
+            lines.append("recovery wait by scenario (steps: p50 / p95 / max):")
+            for name, w in waited.items():
+                lines.append(
+                    f"  {name:<22} {w.count}: {w.quantiles[0.5]:.2f}s / "
+                    f"{w.quantiles[0.95]:.2f}s / {w.max or 0.0:.2f}s"
+                )
         if self.exported:
             shown = ", ".join(f"{k} {v:g}" for k, v in sorted(self.exported.items()))
             lines.append(f"exporter /metrics (store-wide): {shown}")
@@ -189,6 +199,9 @@ class ChaosReport:
             "broker_restart_seconds": self.broker_restart_seconds,
             "failover_seconds": self.failover_seconds,
             "kill_recovery": summary(self.kill_recovery_seconds),
+            "recovery_by_scenario": {
+                name: as_json_wait(w) for name, w in self.recovery_by_scenario.items()
+            },
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
             "agent": dict(self.agent),
@@ -197,6 +210,15 @@ class ChaosReport:
             "counts": as_json(self.counts) if self.counts is not None else None,
             "exported": self.exported,
         }
+
+
+def as_json_wait(wait: WaitTimes) -> dict[str, float | None]:
+    return {
+        "count": wait.count,
+        "p50": wait.quantiles.get(0.5),
+        "p95": wait.quantiles.get(0.95),
+        "max": wait.max,
+    }
 
 
 def pool_shown(config: ChaosConfig) -> str:

@@ -16,7 +16,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ import httpx
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.celeryconfig import EXECUTE_TASK, VERIFY_TASK
 from toolsafe.chaos.checks import StepFacts, check_envelope, check_steps, merged
-from toolsafe.chaos.failover import fail_over, replicated_database
+from toolsafe.chaos.failover import fail_over
 from toolsafe.chaos.partition import partition_round
 from toolsafe.chaos.plan import (
     Observed,
@@ -38,12 +37,12 @@ from toolsafe.chaos.plan import (
     scenarios,
     step_input,
 )
-from toolsafe.chaos.recovery_time import recovered_after
+from toolsafe.chaos.recovery_time import recovered_after, waits_by_scenario
 from toolsafe.chaos.report import ChaosConfig, ChaosReport
+from toolsafe.chaos.resources import resources
 from toolsafe.harness import (
     DownstreamProcess,
     Fleet,
-    HarnessError,
     Partition,
     Process,
     WorkerOptions,
@@ -54,14 +53,10 @@ from toolsafe.harness import (
     start_beat,
     start_worker,
 )
-from toolsafe.harness.local import (
-    REDIS_LOCK_KEY,
-    database_of_its_own,
-    redis_db_of_its_own,
-)
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.harness.replicated import ReplicatedPostgres
-from toolsafe.metrics.exporter import Exporter, Served, read_counts, serve
+from toolsafe.metrics.exporter import Exporter, Served, serve
+from toolsafe.recovery.counts import compute_counts
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.states import (
     NEEDS_AGENT,
@@ -415,7 +410,10 @@ class _Run:
         report.checked_in_passing = len(self.inspected)
         found = [*self.passing_violations, *check_steps(self.step_facts(observed))]
         report.verdict = merged(verdict, found)
-        report.counts = read_counts(self.store, self.prefix)
+        sources = self.store.count_sources(self.prefix)
+        report.counts = compute_counts(sources.steps, sources.events)
+        scenario = {self.ref(step.index): step.scenario for step in self.schedule.steps}
+        report.recovery_by_scenario = waits_by_scenario(sources, scenario)
         for planned in self.schedule.steps:
             ref = self.ref(planned.index)
             step = observed.get(ref)
@@ -484,34 +482,6 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _resources(
-    config: ChaosConfig, workdir: Path, stack: contextlib.ExitStack
-) -> tuple[ChaosConfig, RedisServer | None, ReplicatedPostgres | None]:
-    """The broker and database the run uses: a Redis server of its own when it restarts
-    the broker, else the one given or a free db on the local Redis; the database given
-    or a new one on the local PostgreSQL (dropped afterwards)."""
-    server: RedisServer | None = None
-    broker, database, keep = config.broker, config.database, config.keep_keys
-    if config.size.redis_restarts:
-        if broker is not None:
-            raise HarnessError(
-                "--redis-restarts restarts a Redis server of the run's own; leave out --broker"
-            )
-        server = RedisServer(workdir)
-        server.start()
-        stack.callback(server.stop)
-        broker = server.url(1)
-    elif broker is None:
-        broker = stack.enter_context(redis_db_of_its_own(config.local_redis))
-        keep = (*keep, REDIS_LOCK_KEY)
-    pair = None
-    if config.size.failovers:
-        database, pair = replicated_database(stack, database)
-    if database is None:
-        database = stack.enter_context(database_of_its_own(config.pg_admin))
-    return replace(config, broker=broker, database=database, keep_keys=keep), server, pair
-
-
 def run(config: ChaosConfig) -> ChaosReport:
     """The whole chaos run; the report says whether the invariant held and no worker
     exited unless the run killed it."""
@@ -522,7 +492,7 @@ def run(config: ChaosConfig) -> ChaosReport:
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="toolsafe-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        config, server, pair = _resources(config, workdir, stack)
+        config, server, pair = resources(config, workdir, stack)
         chaos = _Run(config, workdir, server, pair)
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:

@@ -1,5 +1,5 @@
-"""The chaos report's kill → recovered figure: from a SIGKILL's marker to the first event
-that leaves its step final or waiting on the agent, read from the step's events."""
+"""The chaos report's recovery figures: from a SIGKILL's marker to the first event that
+leaves its step final or waiting on the agent, and the recovery wait by scenario."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from toolsafe.chaos.recovery_time import percentile, recovered_after, summary
-from toolsafe.recovery.records import EventRecord
+from toolsafe.chaos.recovery_time import (
+    percentile,
+    recovered_after,
+    summary,
+    waits_by_scenario,
+)
+from toolsafe.recovery.records import CountSources, EventRecord, EventSummary, StepSummary
 from toolsafe.recovery.states import StepState
 
 S = StepState
@@ -63,3 +68,38 @@ def test_percentiles_are_nearest_rank() -> None:
     assert summary([2.0, 1.0, 4.0]) == {"count": 3, "p50": 2.0, "p95": 4.0, "max": 4.0}
     with pytest.raises(ValueError, match="no values"):
         percentile([], 0.5)
+
+
+def test_the_recovery_wait_is_told_apart_by_scenario() -> None:
+    def summary_of(ref: str, state: StepState) -> StepSummary:
+        return StepSummary(operation_ref=ref, state=state, commit_state=None, reason=None)
+
+    def happened(number: int, ref: str, seconds: float, kind: str, to: StepState) -> EventSummary:
+        came_from = {"claimed": S.PENDING, "executed": S.IN_FLIGHT, "looked_up": S.VERIFYING}
+        return EventSummary(
+            id=number,
+            operation_ref=ref,
+            at=T0 + timedelta(seconds=seconds),
+            kind=kind,
+            from_state=came_from.get(kind),
+            to_state=to,
+            detail={},
+        )
+
+    sources = CountSources(
+        steps=[summary_of("a", S.SUCCEEDED), summary_of("b", S.SUCCEEDED)],
+        events=[
+            happened(1, "a", 0, "claimed", S.IN_FLIGHT),
+            happened(2, "a", 1, "executed", S.WAITING_RETRY),  # a rate limit: 1 s in
+            happened(3, "a", 3.9, "claimed", S.IN_FLIGHT),
+            happened(4, "a", 4, "executed", S.SUCCEEDED),
+            happened(5, "b", 0, "claimed", S.IN_FLIGHT),
+            happened(6, "b", 2, "executed", S.VERIFYING),  # a 502 after the write
+            happened(7, "b", 2.5, "looked_up", S.SUCCEEDED),
+        ],
+    )
+    waits = waits_by_scenario(sources, {"a": "rate_limit", "b": "502_after_store"})
+    assert list(waits) == ["502_after_store", "rate_limit"]
+    assert (waits["rate_limit"].count, waits["rate_limit"].max) == (1, 3.0)
+    assert (waits["502_after_store"].count, waits["502_after_store"].max) == (1, 0.5)
+    assert waits_by_scenario(sources, {})["?"].count == 2  # refs it does not name
