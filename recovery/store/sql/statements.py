@@ -234,6 +234,7 @@ EVENTS: Final = (
     .where(step_events.c.operation_ref == bindparam("ref"))
     .order_by(step_events.c.id)
 )
+ENVELOPE: Final = select(steps.c.last_envelope).where(steps.c.operation_ref == bindparam("ref"))
 MARK_PUBLISHED: Final = (
     update(steps)
     .where(steps.c.operation_ref == bindparam("ref"))
