@@ -234,9 +234,10 @@ class StepStore(StepActions):
         def work(conn: Connection) -> list[EventRecord]:
             found = [event_record(row) for row in conn.execute(sql.EVENTS, {"ref": operation_ref})]
             if not any(needs_step(event) for event in found):
-                return found
-            latest = conn.execute(sql.ENVELOPE, {"ref": operation_ref}).scalar()
-            return with_envelopes(found, latest)
+                return found  # the common read: no envelope to fill in, no step to read
+            rows = conn.execute(sql.EVENTS_WITH_ENVELOPE, {"ref": operation_ref}).all()
+            latest = rows[0].step_envelope if rows else None
+            return with_envelopes([event_record(row) for row in rows], latest)
 
         return self._read(work)
 
