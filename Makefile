@@ -91,6 +91,7 @@ bench: venv-dev
 	$(BIN)/python -m benchmarks.recovery_latency $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.lost_hints --rounds 2 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.wal_per_step $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.profile_step --top 12 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.gateway $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.metrics_scrape $(BENCH_ARGS)
@@ -104,3 +105,4 @@ bench-hotpath: venv-dev
 	$(BIN)/python -m benchmarks.throughput --steps 1000 --modes rows,toolsafe --store sqlite $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.sweeper_cost $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.lost_hints --rounds 2 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.wal_per_step $(BENCH_ARGS)

@@ -26,7 +26,12 @@ from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.reasons import CONCURRENT_CHANGE
 from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.rows import decision_detail, decision_values, iso, outcome_detail, snapshot
-from toolsafe.recovery.store.shared import Change, Jitter
+from toolsafe.recovery.store.shared import (
+    REPLACED_ENVELOPE,
+    Change,
+    Jitter,
+    envelope_in_step,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Row
@@ -54,17 +59,31 @@ def recorded(
     rng: Jitter,
 ) -> Plan:
     """A worker's outcome for the step it claimed (an ``executed`` or ``looked_up``
-    event, with the adapter's redacted envelope or the lookup's summary)."""
+    event, with the adapter's redacted envelope or the lookup's summary).
+
+    When the step goes on to hold the adapter's envelope (the Decision passes it on),
+    the event names it there instead of copying it (``envelope_in_step``)."""
     decision = decide(snapshot(step, traits), outcome, now, policy, rng)
     observed = outcome_detail(outcome)  # the adapter's envelope, kept in the event
     shown = None
     if isinstance(outcome, Executed) and decision.envelope is outcome.envelope:
         shown = observed["envelope"]  # serialised once, for both uses
+        observed = {**observed, "envelope": envelope_in_step(shown)}
     # The envelope the model sees is the Decision's, in the new state.
     values = decision_values(decision, shown)
     kind = "executed" if isinstance(outcome, Executed) else "looked_up"
-    change = Change(kind, decision.label, {**observed, **decision_detail(decision)})
-    return Plan(decision, values, change)
+    detail = {**observed, **decision_detail(decision)}
+    return Plan(decision, values, Change(kind, decision.label, _keeping(step, values, detail)))
+
+
+def _keeping(step: Step, values: Mapping[str, Any], detail: dict[str, Any]) -> dict[str, Any]:
+    """``detail`` with the envelope the change replaces in the step, when it replaces
+    one: an earlier event may name it, and from now on only this event holds it
+    (``shared.with_envelopes`` reads it back)."""
+    before = step.last_envelope
+    if before is not None and "last_envelope" in values and values["last_envelope"] != before:
+        detail[REPLACED_ENVELOPE] = before
+    return detail
 
 
 def lease_expired(
@@ -86,8 +105,9 @@ def lease_expired(
     }
     if owner_gone:
         detail["owner_gone"] = True
-    change = Change("lease_expired", decision.label, {**detail, **decision_detail(decision)})
-    return Plan(decision, decision_values(decision), change)
+    values = decision_values(decision)
+    detail = _keeping(step, values, {**detail, **decision_detail(decision)})
+    return Plan(decision, values, Change("lease_expired", decision.label, detail))
 
 
 def acted(
@@ -109,8 +129,8 @@ def acted(
     values = decision_values(decision)
     if extra is not None:
         values.update(extra)
-    change = Change(kind, decision.label, {**detail, **decision_detail(decision)})
-    return Plan(decision, values, change)
+    logged = _keeping(step, values, {**detail, **decision_detail(decision)})
+    return Plan(decision, values, Change(kind, decision.label, logged))
 
 
 def changed_meanwhile(operation_ref: str, kind: str) -> TransitionRefused:

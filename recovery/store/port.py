@@ -108,7 +108,8 @@ class StorePort(Protocol):
 
     def events(self, operation_ref: str) -> list[EventRecord]:
         """Every event about the operation_ref, oldest first (noops about a missing step
-        included)."""
+        included), each envelope as it was recorded: an event that names its step's
+        envelope comes back with it (``shared.with_envelopes``)."""
         ...
 
     def list_steps(

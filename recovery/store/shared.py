@@ -1,23 +1,27 @@
 """The definitions every backend of the store shares, on the ground floor beside the
-port: the jitter and validator types the port names, the event a state change appends,
-the ``submitted`` and verification-claim vocabulary, and the escalation notice with its
-dedup key and re-send schedule. Nothing here knows how a backend keeps its rows.
+port: the jitter and validator types the port names, the event a state change appends
+(and how it names the envelope the step holds instead of copying it), the ``submitted``
+and verification-claim vocabulary, and the escalation notice with its dedup key and
+re-send schedule. Nothing here knows how a backend keeps its rows.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from toolsafe.adapters.protocol import FieldError
+from toolsafe.recovery.records import EventRecord
 
 __all__ = [
     "CLAIM_LABEL_VERIFY",
+    "ENVELOPE_IN_STEP",
     "MAX_BACKOFF_FACTOR",
     "NOTICE_OUTCOMES",
+    "REPLACED_ENVELOPE",
     "SUBMITTED",
     "Change",
     "Jitter",
@@ -25,8 +29,11 @@ __all__ = [
     "Validator",
     "checked_notice_outcome",
     "dedup_key",
+    "envelope_in_step",
+    "needs_step",
     "resend_delay",
     "submitted_change",
+    "with_envelopes",
 ]
 
 Jitter = random.Random
@@ -55,6 +62,59 @@ def submitted_change(
     if actor is not None:
         detail["actor"] = actor
     return Change(SUBMITTED, SUBMITTED, detail)
+
+
+# ----------------------------------------------------------------- envelopes in events
+
+ENVELOPE_IN_STEP: Final = "in_step"
+"""An event's ``envelope`` that is the one its step held after the change, stored as
+``{"in_step": true, "commit_state": …}`` instead of a copy (the step holds the latest)."""
+REPLACED_ENVELOPE: Final = "replaced_envelope"
+"""The envelope a change replaced in its step, kept in that change's event: an earlier
+event may name it (``ENVELOPE_IN_STEP``), and the step no longer holds it."""
+
+
+def envelope_in_step(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """What an event keeps of an envelope its step holds: the marker, and the
+    ``commit_state`` the counts read straight from the event rows."""
+    kept: dict[str, Any] = {ENVELOPE_IN_STEP: True}
+    if isinstance(envelope.get("commit_state"), str):
+        kept["commit_state"] = envelope["commit_state"]
+    return kept
+
+
+def _names_step(envelope: Any) -> bool:
+    return isinstance(envelope, Mapping) and envelope.get(ENVELOPE_IN_STEP) is True
+
+
+def needs_step(event: EventRecord) -> bool:
+    """Whether reading ``event`` back needs its step's envelope (``with_envelopes``)."""
+    return _names_step(event.detail.get("envelope")) or REPLACED_ENVELOPE in event.detail
+
+
+def with_envelopes(events: Sequence[EventRecord], latest: Any) -> list[EventRecord]:
+    """A step's events (oldest first) as they were written before events stopped copying
+    envelopes: every envelope an event names in its step filled in, the replaced
+    envelopes the changes kept taken out of their details.
+
+    Read backwards from ``latest`` (the step's envelope now): before a change that kept
+    a ``replaced_envelope``, the step held that one; a change that replaced no envelope
+    (none held before, or the same one) keeps none, and none is needed."""
+    held = latest
+    found: list[EventRecord] = []
+    for event in reversed(events):
+        detail = event.detail
+        names = _names_step(detail.get("envelope"))
+        if names or REPLACED_ENVELOPE in detail:
+            shown = dict(detail)
+            if names:
+                shown["envelope"] = held
+            if REPLACED_ENVELOPE in shown:
+                held = shown.pop(REPLACED_ENVELOPE)
+            event = replace(event, detail=shown)
+        found.append(event)
+    found.reverse()
+    return found
 
 
 # ----------------------------------------------------------------- the escalation outbox

@@ -48,6 +48,13 @@ def test_sweeper_cost_prints_flatness_and_the_kombu_baseline(pg_url: str, redis_
     assert "target: the sweep's queries at 3,000 rows < 20 ms" in out
 
 
+def test_wal_per_step_reads_its_own_records(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark("wal_per_step", pg_url, redis_url, "--steps", "20")
+    assert "toolsafe claim + record (the drain)" in out and "the hand-rolled task's" in out
+    assert "  steps " in out and "  step_events " in out
+    assert "updates (all, HOT) per table:" in out
+
+
 def test_profile_step_times_the_three_bodies(pg_url: str, redis_url: str) -> None:
     out = run_benchmark("profile_step", pg_url, redis_url, "--steps", "30", "--top", "3")
     assert "toolsafe execute body (claim, call, record)" in out

@@ -9,6 +9,7 @@ SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -48,6 +49,7 @@ from toolsafe.recovery.store.shared import (
     Change,
     Jitter,
     submitted_change,
+    with_envelopes,
 )
 from toolsafe.recovery.store.submission import (
     check_repeat,
@@ -214,7 +216,10 @@ class MemoryStore(MemorySweeper, StepActions):
 
     def events(self, operation_ref: str) -> list[EventRecord]:
         with self._tables.lock:
-            return list(self._tables.events_by_ref.get(operation_ref, ()))
+            found = list(self._tables.events_by_ref.get(operation_ref, ()))
+            step = self._tables.steps.get(operation_ref)
+        latest = None if step is None else step.last_envelope
+        return with_envelopes(found, copy.deepcopy(latest))
 
     def list_steps(
         self,

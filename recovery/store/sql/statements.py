@@ -234,6 +234,20 @@ EVENTS: Final = (
     .where(step_events.c.operation_ref == bindparam("ref"))
     .order_by(step_events.c.id)
 )
+# The events with their step's envelope, read in ONE statement (one snapshot, also under
+# READ COMMITTED): an event that names the envelope must be read with the envelope the
+# step held when the event was read, not one a change committed in between.
+EVENTS_WITH_ENVELOPE: Final = (
+    select(
+        step_events,
+        select(steps.c.last_envelope)
+        .where(steps.c.operation_ref == bindparam("ref"))
+        .scalar_subquery()
+        .label("step_envelope"),
+    )
+    .where(step_events.c.operation_ref == bindparam("ref"))
+    .order_by(step_events.c.id)
+)
 MARK_PUBLISHED: Final = (
     update(steps)
     .where(steps.c.operation_ref == bindparam("ref"))

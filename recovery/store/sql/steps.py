@@ -42,7 +42,7 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
-from toolsafe.recovery.store.shared import Jitter
+from toolsafe.recovery.store.shared import Jitter, needs_step, with_envelopes
 from toolsafe.recovery.store.sql import leases as leases
 from toolsafe.recovery.store.sql import ops as ops
 from toolsafe.recovery.store.sql import outbox as outbox
@@ -228,9 +228,18 @@ class StepStore(StepActions):
 
     def events(self, operation_ref: str) -> list[EventRecord]:
         """Every event about the operation_ref, oldest first (including ``noop``s about
-        an operation_ref that has no step)."""
-        rows = self._read(lambda conn: conn.execute(sql.EVENTS, {"ref": operation_ref}).all())
-        return [event_record(row) for row in rows]
+        an operation_ref that has no step), each envelope an event names in its step
+        filled in from it (``shared.with_envelopes``)."""
+
+        def work(conn: Connection) -> list[EventRecord]:
+            found = [event_record(row) for row in conn.execute(sql.EVENTS, {"ref": operation_ref})]
+            if not any(needs_step(event) for event in found):
+                return found  # the common read: no envelope to fill in, no step to read
+            rows = conn.execute(sql.EVENTS_WITH_ENVELOPE, {"ref": operation_ref}).all()
+            latest = rows[0].step_envelope if rows else None
+            return with_envelopes([event_record(row) for row in rows], latest)
+
+        return self._read(work)
 
     def list_steps(
         self,
