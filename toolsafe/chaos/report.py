@@ -68,8 +68,14 @@ class ChaosReport:
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
     failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
-    # Per fired SIGKILL: seconds until its step was final or waiting on the agent again.
-    kill_recovery_seconds: list[float] = field(default_factory=list)
+    # Per fired SIGKILL: seconds until its step was final or waiting on the agent again,
+    # by fault point.
+    kill_recovery: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def kill_recovery_seconds(self) -> list[float]:
+        return [seconds for by_point in self.kill_recovery.values() for seconds in by_point]
+
     # The recovery wait (first failure → terminal) of each scenario's steps.
     recovery_by_scenario: dict[str, WaitTimes] = field(default_factory=dict)
     beat_exits: Counter[str] = field(default_factory=Counter)
@@ -125,7 +131,11 @@ class ChaosReport:
             lines.append(
                 f"kill → final or waiting on the agent ({recovery['count']:.0f} kills): "
                 f"p50 {recovery['p50']:.2f}s, p95 {recovery['p95']:.2f}s, "
-                f"max {recovery['max']:.2f}s"
+                f"max {recovery['max']:.2f}s; by point (p50 / max): "
+                + ", ".join(
+                    f"{point} {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
+                    for point, seconds in sorted(self.kill_recovery.items())
+                )
             )
         if self.broker_restart_seconds:
             away = self.broker_restart_seconds
@@ -199,6 +209,9 @@ class ChaosReport:
             "broker_restart_seconds": self.broker_restart_seconds,
             "failover_seconds": self.failover_seconds,
             "kill_recovery": summary(self.kill_recovery_seconds),
+            "kill_recovery_by_point": {
+                point: summary(seconds) for point, seconds in sorted(self.kill_recovery.items())
+            },
             "recovery_by_scenario": {
                 name: as_json_wait(w) for name, w in self.recovery_by_scenario.items()
             },

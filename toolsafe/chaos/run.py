@@ -427,7 +427,8 @@ class _Run:
                     killed_at = datetime.fromtimestamp(float(record["at"]), UTC)
                     waited = recovered_after(killed_at, self.store.events(ref))
                     if waited is not None:
-                        report.kill_recovery_seconds.append(waited)
+                        point = str(record.get("point"))
+                        report.kill_recovery.setdefault(point, []).append(waited)
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
