@@ -71,16 +71,16 @@ class ChaosReport:
     # Per fired SIGKILL: seconds until its step was final or waiting on the agent again,
     # by fault point.
     kill_recovery: dict[str, list[float]] = field(default_factory=dict)
-
-    @property
-    def kill_recovery_seconds(self) -> list[float]:
-        return [seconds for by_point in self.kill_recovery.values() for seconds in by_point]
-
     # The recovery wait (first failure → terminal) of each scenario's steps.
     recovery_by_scenario: dict[str, WaitTimes] = field(default_factory=dict)
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
+
+    @property
+    def kill_recovery_seconds(self) -> list[float]:
+        """Every fired kill's recovery time, whatever its fault point."""
+        return [seconds for by_point in self.kill_recovery.values() for seconds in by_point]
 
     @property
     def unplanned_worker_exits(self) -> int:
@@ -109,9 +109,8 @@ class ChaosReport:
         lines = [
             f"toolsafe chaos — {self.started_at:%Y-%m-%d %H:%M:%S} UTC",
             f"seed {c.seed} (schedule {self.schedule.fingerprint()}), {size.steps} steps, "
-            f"{c.workers} workers ({pool_shown(c)}), at most {c.max_in_progress} steps in "
-            "progress, "
-            f"operation_refs {self.prefix}*",
+            f"{c.workers} workers ({pool_shown(c)}), "
+            f"at most {c.max_in_progress} steps in progress, operation_refs {self.prefix}*",
             f"work dir: {self.workdir}",
             f"broker {c.broker}, database {hide_password(c.database or '')}",
             "",
