@@ -1,19 +1,15 @@
-"""The envelope in the shapes agent stacks expect, all in one place.
-
-MCP ``CallToolResult``, Anthropic ``tool_result`` blocks, OpenAI tool messages (Chat
-Completions) and ``function_call_output`` items (Responses API, Agents SDK), and RFC 9457
-``application/problem+json``. Each carries the same envelope JSON, so the model sees the
-same facts whichever stack it runs on (docs/agents.md#mappings).
+"""A ``ToolError`` as RFC 9457 ``application/problem+json`` and back: the envelope's
+HTTP shape, for any client that speaks problem details (docs/agents.md#rfc-9457). The
+shapes of the agent stacks (MCP, Anthropic, OpenAI) are each in its stack's module,
+``toolsafe.agents.<stack>``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
-from toolsafe.adapters.envelope import AnySuccess, ToolError, to_wire
+from toolsafe.adapters.envelope import ToolError, to_wire
 
 PROBLEM_CONTENT_TYPE: Final = "application/problem+json"
 PROBLEM_TYPE_PREFIX: Final = "urn:toolsafe:code:"
@@ -48,51 +44,6 @@ _TITLE: Final = {
     "dependency": "A dependency did not answer",
     "internal": "The tool failed internally",
 }
-
-
-def envelope_text(envelope: AnySuccess | ToolError) -> str:
-    """The envelope as compact JSON text (what a text-only channel shows the model)."""
-    return json.dumps(to_wire(envelope), separators=(",", ":"), ensure_ascii=False)
-
-
-def to_mcp_call_tool_result(
-    envelope: AnySuccess | ToolError | Mapping[str, Any], text: str | None = None
-) -> dict[str, Any]:
-    """An MCP ``CallToolResult``: the envelope as structured content and, for hosts that
-    forward only ``content``, as text: ``text`` first when given (the short model text:
-    what happened, the operation_ref, on success the evidence id), then the envelope's
-    JSON, as MCP asks of a tool with structured content. ``envelope`` is a model or its
-    wire JSON (a step's stored envelope); ``isError`` is exactly "``ok`` is not true".
-    ``toolsafe mcp`` answers with this mapping (``toolsafe.mcp.results``)."""
-    wire = dict(envelope) if isinstance(envelope, Mapping) else to_wire(envelope)
-    blocks = [] if text is None else [{"type": "text", "text": text}]
-    blocks.append(
-        {"type": "text", "text": json.dumps(wire, separators=(",", ":"), ensure_ascii=False)}
-    )
-    return {"content": blocks, "structuredContent": wire, "isError": wire.get("ok") is not True}
-
-
-def to_anthropic_tool_result(envelope: AnySuccess | ToolError, tool_use_id: str) -> dict[str, Any]:
-    """An Anthropic Messages API ``tool_result`` content block."""
-    return {
-        "type": "tool_result",
-        "tool_use_id": tool_use_id,
-        "content": [{"type": "text", "text": envelope_text(envelope)}],
-        "is_error": not envelope.ok,
-    }
-
-
-def to_openai_tool_message(envelope: AnySuccess | ToolError, tool_call_id: str) -> dict[str, Any]:
-    """An OpenAI Chat Completions ``tool`` role message (content is the JSON text)."""
-    return {"role": "tool", "tool_call_id": tool_call_id, "content": envelope_text(envelope)}
-
-
-def to_openai_function_call_output(
-    envelope: AnySuccess | ToolError, call_id: str
-) -> dict[str, Any]:
-    """An OpenAI Responses API (and Agents SDK) ``function_call_output`` input item, the
-    answer to the model's ``function_call`` with this ``call_id``."""
-    return {"type": "function_call_output", "call_id": call_id, "output": envelope_text(envelope)}
 
 
 def problem_status(envelope: ToolError) -> int:

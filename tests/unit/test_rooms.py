@@ -298,6 +298,64 @@ def test_the_environment_scan_would_catch_a_read(tmp_path: Path) -> None:
     assert environment_reads(PACKAGE / "settings.py")  # the room itself does read it
 
 
+# ----------------------------------------------------------------------------- agent SDKs
+
+# The agent SDKs toolsafe integrates with, by the names they are imported under.
+SDKS = ("anthropic", "openai", "agents", "pydantic_ai", "langgraph", "langchain_core", "mcp")
+SDKS_TOO = ("mcp_types",)
+
+
+def import_time_modules(path: Path) -> set[str]:
+    """The absolute modules ``path`` imports when it is imported: not those imported in a
+    function body or under ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.If):
+                checking = ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                visit(node.orelse if checking else [*node.body, *node.orelse])
+            elif isinstance(node, ast.Try):
+                visit([*node.body, *node.orelse, *node.finalbody])
+                for handler in node.handlers:
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body)
+    return found
+
+
+def test_the_stacks_pieces_import_no_sdk() -> None:
+    """``toolsafe.agents`` holds each stack's SDK-free pieces (docs/agents.md): importing
+    any of its modules loads no agent SDK, so a user without one still builds the tool
+    definitions, refs and answers. The SDKs are the integrations' business."""
+    files = _modules(PACKAGE / "agents")
+    assert PACKAGE / "agents" / "anthropic.py" in files
+    problems = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in files
+        for name in sorted(import_time_modules(path))
+        if name.split(".")[0] in (*SDKS, *SDKS_TOO)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_sdk_scan_would_catch_an_import_and_skips_deferred_ones(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import anthropic.types\n"
+        "try:\n    from openai import OpenAI\nexcept ImportError:\n    pass\n"
+        "if TYPE_CHECKING:\n    from pydantic_ai.tools import ToolDefinition\n"
+        "def later():\n    import langgraph\n",
+        encoding="utf-8",
+    )
+    assert import_time_modules(probe) == {"typing", "anthropic.types", "openai"}
+
+
 # ----------------------------------------------------------------------------- the store
 
 STORE = ROOT / "recovery" / "store"

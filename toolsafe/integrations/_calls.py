@@ -6,7 +6,7 @@ No SDK is imported here, and no client: every flow takes any client of the contr
 of four ways (:class:`Turn`): with its envelope (terminal), asking for corrected input,
 waiting for a human approval, or still being worked on by toolsafe (queued, running,
 waiting to retry, verifying). The last is never reported as an error: the model is
-given ``toolsafe.agents.progress``'s in-progress answer (the operation_ref, the state,
+given ``toolsafe.agents.shared``'s in-progress answer (the operation_ref, the state,
 ``not_before``).
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.adapters.errors import INVALID_INPUT, InvalidInput
-from toolsafe.agents.progress import in_progress
+from toolsafe.agents.shared import in_progress
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound

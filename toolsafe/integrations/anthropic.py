@@ -16,6 +16,9 @@
   goes to ``provide_input`` under that ref. A step awaiting approval is answered with its
   envelope (``MISSING_APPROVAL``): approve it through the client, then replay the
   ``tool_use``.
+
+The SDK-free pieces it builds on (``anthropic_tools``, ``anthropic_ref``,
+``to_anthropic_tool_result``) are :mod:`toolsafe.agents.anthropic`.
 """
 
 from __future__ import annotations
@@ -26,10 +29,9 @@ from typing import Any, Final
 from anthropic.types import Message, ToolUseBlock
 
 from toolsafe.adapters.catalogue import Catalogue
-from toolsafe.adapters.mappings import to_anthropic_tool_result
 from toolsafe.adapters.registry import Registry
-from toolsafe.agents.definitions import anthropic_tools, tool_for_name
-from toolsafe.agents.refs import anthropic_ref
+from toolsafe.agents.anthropic import anthropic_ref, anthropic_tools, to_anthropic_tool_result
+from toolsafe.agents.shared import tool_for_name
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.tasks.calls import AsyncCalls, Calls

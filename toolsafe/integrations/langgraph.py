@@ -21,6 +21,9 @@ LangGraph re-runs a node from its start on every resume and hands the resume val
 its ``interrupt()`` calls in order, so the tool replays one ``interrupt()`` for every
 episode of input or approval the step already went through (the store's history says
 how many) before it asks about the current one.
+
+The SDK-free piece it builds on, :func:`~toolsafe.agents.langgraph.langgraph_ref`, is in
+:mod:`toolsafe.agents.langgraph`.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from langchain_core.tools import BaseTool, InjectedToolCallId
 from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict
 
-from toolsafe.agents.definitions import plain_name
-from toolsafe.agents.refs import langgraph_ref
+from toolsafe.agents.langgraph import langgraph_ref
+from toolsafe.agents.shared import plain_name
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.states import WAITING_ON_HUMAN

@@ -17,6 +17,9 @@ agent key):
 - a step needing input hands the model the envelope; the model calls the tool again with
   the corrected fields and the ``operation_ref`` the envelope named, and the correction
   goes to ``provide_input`` under that same ref.
+
+The SDK-free pieces it builds on (function tools, :func:`~toolsafe.agents.openai.openai_ref`,
+the Chat Completions and Responses API answers) are :mod:`toolsafe.agents.openai`.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from agents import FunctionTool, RunContextWrapper, RunState, Tool, ToolApproval
 from agents.tool_context import ToolContext
 
 from toolsafe.adapters.errors import INPUT_NOT_JSON
-from toolsafe.agents.definitions import openai_responses_tools, tool_for_name
-from toolsafe.agents.refs import openai_ref
+from toolsafe.agents.openai import openai_ref, openai_responses_tools
+from toolsafe.agents.shared import tool_for_name
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.states import StepState

@@ -19,6 +19,9 @@ agent key):
   ``DeferredToolRequests``; :meth:`ToolsafeToolset.approval_results` records each
   decision in toolsafe (approver, reason) and gives the ``DeferredToolResults`` to resume
   the run with.
+
+The SDK-free pieces it builds on (the ``ToolDefinition`` objects and
+:func:`~toolsafe.agents.pydantic_ai.pydantic_ai_ref`) are :mod:`toolsafe.agents.pydantic_ai`.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ from pydantic_ai.tools import (
 )
 from pydantic_ai.toolsets import FunctionToolset
 
-from toolsafe.agents.definitions import pydantic_ai_tool_definitions, tool_for_name
-from toolsafe.agents.refs import pydantic_ai_ref
+from toolsafe.agents.pydantic_ai import pydantic_ai_ref, pydantic_ai_tool_definitions
+from toolsafe.agents.shared import tool_for_name
 from toolsafe.integrations import _calls
 from toolsafe.integrations._calls import DEFAULT_WAIT, Turn
 from toolsafe.recovery.store import StepNotFound

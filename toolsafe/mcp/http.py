@@ -1,7 +1,7 @@
 """``toolsafe mcp`` over streamable HTTP, as an ASGI app the gateway mounts at ``/mcp``.
 
 Stateless: every request stands alone (no MCP session to lose when the process
-restarts); refs come from ``_meta`` (``toolsafe.agents.refs``) and tasks from the step
+restarts); refs come from ``_meta`` (``toolsafe.agents.mcp.mcp_ref``) and tasks from the step
 store. Who calls is the gateway's business: it authenticates the request and leaves the
 caller's namespace and actor in the ASGI scope (:data:`SCOPE_KEY`), where the handlers
 read them.

@@ -1,5 +1,5 @@
 """A step's view as an MCP ``CallToolResult``, through the one mapping of the envelope
-(``toolsafe.adapters.mappings.to_mcp_call_tool_result``): the envelope as structured
+(``toolsafe.agents.mcp.to_mcp_call_tool_result``): the envelope as structured
 content, the short model text (the evidence id on a success) and the envelope's JSON as
 text content, ``isError`` exactly when the envelope's ``ok`` is false; a step toolsafe is
 still working on answers "in progress", never an error."""
@@ -11,8 +11,8 @@ from typing import Final
 
 from mcp_types import CallToolResult, TextContent
 
-from toolsafe.adapters.mappings import to_mcp_call_tool_result
-from toolsafe.agents.progress import in_progress, in_progress_text
+from toolsafe.agents.mcp import to_mcp_call_tool_result
+from toolsafe.agents.shared import in_progress, in_progress_text
 from toolsafe.tasks.views import StepView
 
 # Where a result names its step, for hosts that keep it (docs/mcp.md).

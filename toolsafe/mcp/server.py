@@ -35,8 +35,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolsafe import tracing
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
 from toolsafe.adapters.errors import InvalidInput, UnknownToolError
-from toolsafe.agents.definitions import mcp_tools
-from toolsafe.agents.refs import mcp_ref
+from toolsafe.agents.mcp import mcp_ref, mcp_tools
 from toolsafe.mcp import tasks
 from toolsafe.mcp.failures import StoreFailures
 from toolsafe.mcp.results import call_tool_result, refusal_result
@@ -137,7 +136,7 @@ class ToolsafeMCP:
     def operation_ref(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> str:
-        """The call's operation_ref by the documented rule (``toolsafe.agents.refs``)."""
+        """The call's operation_ref by the documented rule (``toolsafe.agents.mcp.mcp_ref``)."""
         request_id = ctx.request_id if ctx.request_id is not None else "none"
         try:
             return mcp_ref(

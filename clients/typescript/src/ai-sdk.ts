@@ -79,7 +79,7 @@ export interface Submitted {
 }
 
 /** The AI SDK name of a toolsafe tool: providers allow only `[A-Za-z0-9_-]`, so
- * `crm.lookup` is offered as `crm_lookup` (as `toolsafe.agents.definitions.plain_name`). */
+ * `crm.lookup` is offered as `crm_lookup` (as `toolsafe.agents.shared.plain_name`). */
 export function plainName(name: string): string {
   const plain = name.replaceAll(".", "_");
   if (!PLAIN_NAME.test(plain)) {

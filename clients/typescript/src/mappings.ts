@@ -1,7 +1,7 @@
 /**
  * What the model is told about a step, the same mapping as the Python integrations
- * (`toolsafe.integrations._calls.model_output`, `toolsafe.agents.progress`,
- * `toolsafe.adapters.mappings.envelope_text`): the envelope once the step has one that
+ * (`toolsafe.integrations._calls.model_output`, `toolsafe.agents.shared.in_progress`,
+ * `toolsafe.agents.shared.envelope_text`): the envelope once the step has one that
  * agrees with its state, the in-progress answer while toolsafe still works on it (never
  * an error), and `{"status": "refused", …}` for a call toolsafe did not take.
  */

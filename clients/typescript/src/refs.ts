@@ -1,5 +1,5 @@
 /**
- * operation_refs that survive a replay: the same rule as `toolsafe.agents.refs`
+ * operation_refs that survive a replay: the same rule as `toolsafe.agents.shared`
  * (docs/agents.md#refs-that-survive-a-replay), so a TypeScript agent and a Python one
  * name the same step for the same tool call.
  *
@@ -73,7 +73,7 @@ export function operationRefFor(
 /**
  * The Vercel AI SDK: the `toolCallId` an AI SDK tool's `execute` (and its approval
  * function) is given, scoped by the run or conversation id the application keeps
- * across a replay. Python: `toolsafe.agents.refs.ai_sdk_ref`.
+ * across a replay. Python: `toolsafe.agents.ai_sdk.ai_sdk_ref`.
  */
 export function aiSdkRef(toolCallId: string, runId: string, namespace?: string): string {
   return operationRefFor("ai_sdk", runId, toolCallId, namespace);

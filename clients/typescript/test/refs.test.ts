@@ -5,7 +5,7 @@ import { aiSdkRef, operationRefFor, refPart } from "@toolsafe/client";
 
 import { harness } from "./support.js";
 
-test("the ref rule is toolsafe.agents.refs's, part for part", (t) => {
+test("the ref rule is toolsafe.agents' operation_ref_for, part for part", (t) => {
   const h = harness(t);
   if (!h) return;
   assert.ok(h.refCases.length >= 5, "the harness sends the cases Python computed");

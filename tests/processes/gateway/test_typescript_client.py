@@ -23,8 +23,8 @@ import pytest
 
 from tests.support.gateway.harness import ROOT, GatewayServer, gateway_for, make_key
 from tests.support.pipeline.harness import Cluster, cluster_for
-from toolsafe.agents.progress import InProgress
-from toolsafe.agents.refs import ai_sdk_ref
+from toolsafe.agents.ai_sdk import ai_sdk_ref
+from toolsafe.agents.shared import InProgress
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
-from toolsafe.agents.refs import anthropic_ref
+from toolsafe.agents.anthropic import anthropic_ref
 from toolsafe.integrations.anthropic import tool_results, tools
 from toolsafe.tasks.calls import AsyncCalls
 

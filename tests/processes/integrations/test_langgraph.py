@@ -23,7 +23,7 @@ from langgraph.types import Command
 
 from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
-from toolsafe.agents.refs import langgraph_ref
+from toolsafe.agents.langgraph import langgraph_ref
 from toolsafe.integrations.langgraph import toolsafe_tools
 from toolsafe.tasks.calls import Calls
 

@@ -20,7 +20,7 @@ from openai.types.responses import (
 
 from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
-from toolsafe.agents.refs import openai_ref
+from toolsafe.agents.openai import openai_ref
 from toolsafe.integrations.openai_agents import ToolsafeTools
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepNotFound

@@ -24,7 +24,7 @@ from pydantic_ai.tools import DeferredToolRequests
 
 from tests.processes.integrations.conftest import Processes
 from tests.support.pipeline.harness import Cluster
-from toolsafe.agents.refs import pydantic_ai_ref
+from toolsafe.agents.pydantic_ai import pydantic_ai_ref
 from toolsafe.integrations.pydantic_ai import Decision, ToolsafeToolset
 from toolsafe.recovery.states import StepState
 

@@ -17,17 +17,11 @@ from toolsafe.adapters.examples.invoice import CreateInvoice, InvoiceInput
 from toolsafe.adapters.http import HttpSettings
 from toolsafe.adapters.protocol import Adapter, CallContext
 from toolsafe.adapters.registry import Registry
-from toolsafe.agents.definitions import (
-    anthropic_tools,
-    mcp_tools,
-    openai_chat_tools,
-    openai_responses_tools,
-    plain_names,
-    pydantic_ai_tool_definitions,
-    tool_for_name,
-    tool_output_schema,
-)
-from toolsafe.agents.progress import InProgress
+from toolsafe.agents.anthropic import anthropic_tools
+from toolsafe.agents.mcp import mcp_tools
+from toolsafe.agents.openai import openai_chat_tools, openai_responses_tools
+from toolsafe.agents.pydantic_ai import pydantic_ai_tool_definitions
+from toolsafe.agents.shared import InProgress, plain_names, tool_for_name, tool_output_schema
 
 
 @read_tool(name="crm.lookup", title="Find a customer")

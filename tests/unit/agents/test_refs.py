@@ -7,20 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolsafe.adapters.envelope import MAX_OPERATION_REF, OPERATION_REF_PATTERN
-from toolsafe.agents.refs import (
-    MAX_PART,
-    MCP_META_CALL,
-    MCP_META_REF,
-    MCP_META_SESSION,
-    ai_sdk_ref,
-    anthropic_ref,
-    langgraph_ref,
-    mcp_ref,
-    openai_ref,
-    operation_ref_for,
-    pydantic_ai_ref,
-    ref_part,
-)
+from toolsafe.agents.ai_sdk import ai_sdk_ref
+from toolsafe.agents.anthropic import anthropic_ref
+from toolsafe.agents.langgraph import langgraph_ref
+from toolsafe.agents.mcp import MCP_META_CALL, MCP_META_REF, MCP_META_SESSION, mcp_ref
+from toolsafe.agents.openai import openai_ref
+from toolsafe.agents.pydantic_ai import pydantic_ai_ref
+from toolsafe.agents.shared import MAX_PART, operation_ref_for, ref_part
 
 
 def test_each_stack_joins_its_scope_and_call_id() -> None:

@@ -10,8 +10,8 @@ from mcp_types import TextContent
 
 from tests.support import fixtures
 from toolsafe.adapters.envelope import parse_result, to_wire
-from toolsafe.adapters.mappings import to_mcp_call_tool_result
-from toolsafe.agents.definitions import tool_output_schema
+from toolsafe.agents.mcp import to_mcp_call_tool_result
+from toolsafe.agents.shared import tool_output_schema
 from toolsafe.mcp import tasks
 from toolsafe.mcp.results import META_REF, call_tool_result
 from toolsafe.recovery.records import StepRecord
