@@ -153,8 +153,10 @@ def test_eventual_consistency_found_after_a_delay(cluster: Cluster) -> None:
     state = cluster.downstream.state
     with state.lock:
         [record] = [r for r in state.records["invoices"] if r.operation_ref == ref]
+    # A lookup is stamped when its answer arrives: the one that found the write came after
+    # it became visible. (A miss may be stamped after that moment too, when its answer was
+    # slow to arrive on a loaded machine: the downstream looked before it.)
     checked = [datetime.fromisoformat(e.detail["lookup"]["checked_at"]) for e in looked_up]
-    assert all(at < record.visible_at for at in checked[:-1])
     assert checked[-1] >= record.visible_at
     assert cluster.went_through(ref, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED)
     assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
