@@ -48,13 +48,14 @@ from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.gateway.cli import free_port
 from toolsafe.gateway.client import GatewayClient
+from toolsafe.harness import Process
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store.sql import StepStore
 from toolsafe.recovery.store.sql.feed import ChangeFeed
 from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
-from toolsafe.tasks.client import Client
+from toolsafe.tasks.client import Client, WaitTimeout
 from toolsafe.tasks.runtime import utcnow
 
 OLD_POLL: Final = 0.05
@@ -122,6 +123,30 @@ def gateway(env: Mapping[str, str], directory: Path) -> Iterator[Served]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
+
+
+def stuck(client: Client, ref: str, broker_url: str, worker: Process) -> str:
+    """What a step that never finished leaves to read: its events, who is connected to
+    the broker's database (a consumer that is not this run's worker takes hints it
+    cannot run), and the worker's log."""
+    import redis
+
+    events = [f"{e.kind} {e.from_state}->{e.to_state}" for e in client.runtime.store.events(ref)]
+    broker = redis.Redis.from_url(broker_url)
+    db = broker.connection_pool.connection_kwargs.get("db", 0)
+    try:
+        clients = [
+            f"{c.get('addr')} name={c.get('name') or '-'} cmd={c.get('cmd')}"
+            for c in broker.client_list()
+            if str(c.get("db")) == str(db)
+        ]
+    finally:
+        broker.close()
+    log = worker.log_path.read_text(errors="replace")[-3000:]
+    return (
+        f"{ref} did not finish within 30 s; its events: {events}\n"
+        f"connected to the broker's db {db}: {clients}\nthe worker's log:\n{log}"
+    )
 
 
 def submit_and_wait(
@@ -246,13 +271,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 def in_process(ref: str, data: dict[str, Any]) -> StepState:
                     client.submit(TOOL, data, ref)
-                    return client.wait(ref, timeout=30).state
+                    try:
+                        return client.wait(ref, timeout=30).state
+                    except WaitTimeout:
+                        raise BenchError(stuck(client, ref, broker.url, worker)) from None
 
                 with GatewayClient(url, token, timeout=30) as remote:
 
                     def over_http(ref: str, data: dict[str, Any]) -> StepState:
                         remote.submit(TOOL, data, ref)
-                        return remote.wait(ref, timeout=30).state
+                        try:
+                            return remote.wait(ref, timeout=30).state
+                        except WaitTimeout:
+                            raise BenchError(stuck(client, ref, broker.url, worker)) from None
 
                     # The gateway's own cost, without a worker's latency in it: a view
                     # of one finished step, in-process and over HTTP, alternately.
