@@ -58,7 +58,8 @@ export interface StepEvent {
   id: string | undefined;
   /** The event's kind (`submitted`, `succeeded`, …), or `end` at a terminal state. */
   event: string;
-  /** Its safe view and the step's state (`end`: the ref and the final state). */
+  /** Its safe view and `state`, the step's state once the event had happened (`end`: the
+   * ref and the final state). */
   data: Record<string, unknown>;
 }
 

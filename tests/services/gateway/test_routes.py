@@ -7,6 +7,7 @@ is added without one."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -228,6 +229,12 @@ def test_events_stream_until_the_terminal_state(gateway: Gateway) -> None:
     text = gateway.http.get(f"/v1/calls/{ref}/events", headers=gateway.agent).text
     assert re.findall(r"^event: (\w+)$", text, flags=re.MULTILINE)[0] == "submitted"
     assert text.rstrip().endswith('"state": "succeeded"}')
+    # Each event carries the state it left the step in, not the state the step had when
+    # the stream read it (a stream read after the end would say "succeeded" throughout).
+    data = [json.loads(line) for line in re.findall(r"^data: (.*)$", text, flags=re.MULTILINE)]
+    moved = [item for item in data[:-1] if item["to_state"]]
+    assert moved and all(item["state"] == item["to_state"] for item in moved), data
+    assert data[0]["state"] == "pending", data
 
 
 @covers("POST /mcp", "GET /mcp", "DELETE /mcp")

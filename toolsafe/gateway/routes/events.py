@@ -1,7 +1,8 @@
 """``GET /v1/calls/{operation_ref}/events``: the step's changes as Server-Sent Events.
 
 Each event row is one SSE event (``id`` = the event's id, ``event`` = its kind, ``data``
-= its safe view as JSON); the stream ends with ``event: end`` at a terminal state, or
+= its safe view as JSON, with ``state``: the step's state once that event had happened,
+the same whenever the stream is read); the stream ends with ``event: end`` at a terminal state, or
 after ``TOOLSAFE_GATEWAY_MAX_WAIT`` seconds, or when the store cannot be read (reconnect
 with ``Last-Event-ID``; that request is 503 ``STORE_UNAVAILABLE`` until the store is back).
 """
@@ -84,10 +85,15 @@ async def step_stream(state: Gateway, ref: str, after: int) -> AsyncIterator[str
                     )
                     yield f": store unavailable\nretry: {RETRY_AFTER_UNAVAILABLE * 1000}\n\n"
                     return
+                # The state each event left the step in, from the events themselves:
+                # the step read above may already be past the newest event read here
+                # (or behind it), so it cannot stand for any one event's state.
+                reached = ""
                 for event in found:
+                    reached = str(event.to_state) if event.to_state else reached
                     if event.id > last:
                         last = event.id
-                        yield sse(event, str(step.state))
+                        yield sse(event, reached or str(step.state))
                 if step.state in TERMINAL:
                     end = {"operation_ref": ref, "state": str(step.state)}
                     yield f"event: end\ndata: {json.dumps(end)}\n\n"
