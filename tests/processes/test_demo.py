@@ -103,9 +103,8 @@ def _assert_what_happened(report: Path) -> None:
         if reason is not None:
             assert step["reason"] == reason, (name, step)
         assert _passes_through(step["path"], through), (name, step["path"])
-    # An unknown outcome is never executed twice: verified, one attempt.
-    for name in ("timeout_after_store", "crash_recovery"):
-        assert seen[name]["attempts"] == 1, seen[name]
+    # An unknown outcome is never executed twice: EXPECTED above asks for one effect at
+    # the naive downstream (which stores every duplicate) after a pass through verifying.
     # The crash: the worker that claimed the write is not the one that verified it.
     assert len(seen["crash_recovery"]["claimed_by"]) == 2, seen["crash_recovery"]
     assert "INVALID_RECIPIENT_ADDRESS" in seen["invalid_recipient"]["codes"]

@@ -51,7 +51,7 @@ def test_dead_database_connections_are_replaced_on_first_use(cluster: Cluster) -
     ref = new_ref("crash/dead-connection")
     cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
     view = cluster.client.wait(ref, timeout=20)
-    assert view.state is S.SUCCEEDED and view.attempts == 1, cluster.logs()
+    assert view.state is S.SUCCEEDED, cluster.logs()
     assert cluster.effects(ref) == 1
     # The worker met the dead connection itself (no ping replaced it first).
     assert "database connection lost; retrying" in cluster.workers[-1].text()
@@ -69,9 +69,10 @@ def test_sigkill_while_the_downstream_holds_a_stored_write(cluster: Cluster) -> 
     cluster.start_worker("rescuer", concurrency=1, beat=True)
     view = cluster.client.wait(ref, timeout=30)
     assert view.state is S.SUCCEEDED, cluster.logs()
-    # Verified first, never executed again.
+    # Verified first, never executed again: the downstream is naive, so an execution
+    # after the stored write would be a second effect.
     assert cluster.went_through(ref, S.IN_FLIGHT, S.VERIFYING, S.SUCCEEDED)
-    assert view.attempts == 1 and cluster.violations([ref]) == []
+    assert cluster.violations([ref]) == []
     assert cluster.effects(ref) == 1
 
 

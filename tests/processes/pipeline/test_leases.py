@@ -128,7 +128,7 @@ def test_a_killed_pool_process_is_verified_in_about_a_second(
     assert _seconds(expired.at, killed) <= machine.seconds(1.5), machine.explain(1.5)
     assert _seconds(succeeded.at, killed) <= machine.seconds(4.0), machine.explain(4.0)
     assert expired.at < succeeded.at
-    assert view.attempts == 1 and cluster.effects(ref) == 1
+    assert cluster.effects(ref) == 1  # naive downstream: no execution after the write
     assert cluster.violations([ref]) == []
 
 
@@ -152,7 +152,7 @@ def test_a_killed_node_is_recovered_after_its_lease(cluster: Cluster, machine: M
     sweeps = 2 * cluster.settings.sweep.interval + 1.0
     since = _seconds(expired.at, max(lease_end, ready))
     assert since <= machine.seconds(sweeps), (since, machine.explain(sweeps))
-    assert view.attempts == 1 and cluster.effects(ref) == 1
+    assert cluster.effects(ref) == 1  # naive downstream: no execution after the write
 
 
 def test_a_call_longer_than_the_lease_is_not_taken_for_dead(cluster: Cluster) -> None:
@@ -171,8 +171,8 @@ def test_a_call_longer_than_the_lease_is_not_taken_for_dead(cluster: Cluster) ->
     assert not [event for event in events if event.kind == "lease_expired"], cluster.logs()
     # Taken for dead would have been lease_expired → verifying. A starved downstream that
     # outlasts the adapter's own timeout is an unknown outcome verified as stored: honest,
-    # and no second attempt either way.
-    assert view.attempts == 1 and cluster.effects(ref) == 1
+    # and no second write either way (the downstream is naive: it would store it).
+    assert cluster.effects(ref) == 1
 
 
 def _stopped(cluster: Cluster, ref: str, point: str) -> int:

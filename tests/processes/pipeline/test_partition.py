@@ -204,8 +204,8 @@ def test_cut_off_during_the_call_records_nothing(cut: tuple[Cluster, Partition, 
     partition.cut()
     _verified_then_healed(cluster, partition, worker, ref, S.SUCCEEDED)
     view = cluster.client.wait(ref, timeout=30)
-    assert view.state is S.SUCCEEDED and view.attempts == 1, cluster.logs()
-    assert cluster.effects(ref) == 1
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert cluster.effects(ref) == 1  # naive downstream: no execution after the write
     assert cluster.violations([ref, _fresh_call(cluster, worker)]) == []
 
 
@@ -222,6 +222,6 @@ def test_cut_off_after_the_answer_records_nothing(cut: tuple[Cluster, Partition,
     os.kill(pid, signal.SIGCONT)
     _verified_then_healed(cluster, partition, worker, ref, S.SUCCEEDED)
     view = cluster.client.wait(ref, timeout=30)
-    assert view.state is S.SUCCEEDED and view.attempts == 1, cluster.logs()
-    assert cluster.effects(ref) == 1
+    assert view.state is S.SUCCEEDED, cluster.logs()
+    assert cluster.effects(ref) == 1  # naive downstream: no execution after the write
     assert cluster.violations([ref, _fresh_call(cluster, worker)]) == []
