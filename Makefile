@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Playwright (the browser tests) uses the system's Chromium: never download a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: up demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
+.PHONY: test-durations up demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
 
 # `make demo` installs only what the main job needs (the package and its runtime
 # dependencies), and shows pip's progress so the install is never silent.
@@ -66,6 +66,12 @@ PYTEST_WORKERS  ?= 3
 PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
 pytest: venv-dev
 	$(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
+
+# Measure each work unit again into tests/durations.json, which orders the units longest
+# first (tests/support/schedule.py); commit the table after a run on a quiet machine.
+test-durations: venv-dev
+	TOOLSAFE_TEST_DURATIONS=tests/durations.json \
+		$(BIN)/pytest -W error $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The suite under coverage, subprocesses included (docs/coverage.md).
 coverage: venv-dev

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import schedule
 from tests.support.machine import Machine, session_machine
 from toolsafe.harness.broker import SESSION_LOCK_KEY
 
@@ -52,22 +53,54 @@ SERIAL: dict[str, str] = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its folder's kind, so ``-m "not processes"`` selects by it, and
-    the tests of ``SERIAL`` as ``serial``."""
+    the tests of ``SERIAL`` as ``serial``; on an xdist worker, put the longest work units
+    first (``tests/support/schedule.py``: the scheduler hands them out in this order)."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if parts and parts[0] in KINDS:
             item.add_marker(parts[0])
         if "/".join(parts) in SERIAL:
             item.add_marker(pytest.mark.serial)
+    if hasattr(config, "workerinput"):
+        items[:] = schedule.longest_first(items, xdist_scope, schedule.read_durations())
+
+
+# ``TOOLSAFE_TEST_DURATIONS=tests/durations.json`` (``make test-durations``): the
+# controller adds up each work unit's seconds and writes them there at the end.
+_RECORDER = schedule.Recorder(lambda nodeid: xdist_scope(nodeid))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("TOOLSAFE_TEST_DURATIONS"):
+        _RECORDER.add(report.nodeid, report.duration)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = os.environ.get("TOOLSAFE_TEST_DURATIONS")
+    if target and not hasattr(session.config, "workerinput") and _RECORDER.seconds:
+        _RECORDER.write(Path(target))
+
+
+# Files whose tests share nothing costlier than the session's fixtures and are each long
+# (a minute of benchmark programs, a 10^5-step store): each test is a work unit of its
+# own, so their minutes spread over the workers instead of making one worker's tail.
+PER_TEST: dict[str, str] = {
+    "processes/test_benchmarks.py": "each test runs one benchmark program in a subprocess",
+    "services/recovery/test_migration_events.py": "a 10^5-step store built per test",
+}
 
 
 def xdist_scope(nodeid: str) -> str:
     """The work unit of a test under ``make test``'s xdist: ``serial`` for the tests of
-    ``SERIAL``, else its file, so a module's cluster or servers start once, on one worker."""
+    ``SERIAL``, the test itself for those of ``PER_TEST``, else its file, so a module's
+    cluster or servers start once, on one worker."""
     path = nodeid.split("::", 1)[0]
-    return "serial" if path.removeprefix("tests/") in SERIAL else path
+    name = path.removeprefix("tests/")
+    if name in SERIAL:
+        return "serial"
+    return nodeid if name in PER_TEST else path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -78,6 +111,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # The units go out in the order the workers collected them: longest first
+    # (``pytest_collection_modifyitems``), not xdist's most-tests-first.
+    config.option.loadscopereorder = False
     scheduling = LoadScopeScheduling(config, log)
     scheduling._split_scope = xdist_scope  # its one documented point of variation
     return scheduling

@@ -4,12 +4,14 @@ and the machine factor that bounds the timings which are a feature."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SERIAL, xdist_scope
+from tests.conftest import PER_TEST, SERIAL, xdist_scope
 from tests.support.machine import MAX_FACTOR, REFERENCE_CPU, RUNS, Machine
+from tests.support.schedule import Recorder, longest_first, read_durations, unit_costs
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -22,8 +24,14 @@ def test_a_file_is_one_work_unit_and_the_serial_files_share_one() -> None:
     assert {xdist_scope(f"tests/{path}::test_y") for path in SERIAL} == {"serial"}
 
 
+def test_a_per_test_file_gives_each_test_its_own_unit() -> None:
+    for path in PER_TEST:
+        assert xdist_scope(f"tests/{path}::test_y[a]") == f"tests/{path}::test_y[a]"
+    assert not set(PER_TEST) & set(SERIAL)
+
+
 def test_every_serial_entry_is_a_test_file_and_says_why() -> None:
-    for path, reason in SERIAL.items():
+    for path, reason in {**SERIAL, **PER_TEST}.items():
         assert (TESTS / path).is_file(), path
         assert len(reason) > 20, path
 
@@ -45,3 +53,69 @@ def test_the_machine_factor_is_the_share_of_the_cores_times_their_slowness(
     assert machine.factor == pytest.approx(factor)
     assert machine.seconds(2.0) == pytest.approx(2.0 * factor)
     assert f"machine factor {factor:.2f}" in machine.explain(2.0)
+
+
+@dataclass(frozen=True)
+class _Item:
+    nodeid: str
+
+
+def test_the_longest_units_go_first_and_a_units_tests_stay_together() -> None:
+    items = [
+        _Item("tests/unit/test_a.py::t1"),
+        _Item("tests/unit/test_a.py::t2"),
+        _Item("tests/processes/chaos/test_chaos.py::t1"),  # serial
+        _Item("tests/processes/x/test_long.py::t1"),
+        _Item("tests/services/test_s.py::t1"),
+        _Item("tests/processes/pipeline/test_duplicates.py::t1"),  # serial
+        _Item("tests/processes/x/test_long.py::t2"),
+        _Item("tests/processes/x/test_new.py::t1"),  # not measured yet
+    ]
+    measured = {
+        "serial": 200.0,
+        "tests/processes/x/test_long.py": 100.0,
+        "tests/processes/x/test_short.py": 20.0,
+        "tests/unit/test_a.py": 0.5,
+    }
+    ordered = [item.nodeid for item in longest_first(items, xdist_scope, measured)]
+    assert ordered == [
+        "tests/processes/chaos/test_chaos.py::t1",
+        "tests/processes/pipeline/test_duplicates.py::t1",
+        "tests/processes/x/test_long.py::t1",
+        "tests/processes/x/test_long.py::t2",
+        # Unmeasured: the median of the measured process units (serial, 100, 20).
+        "tests/processes/x/test_new.py::t1",
+        # No services unit measured: the kind's guess (3 s) beats unit's measured 0.5 s.
+        "tests/services/test_s.py::t1",
+        "tests/unit/test_a.py::t1",
+        "tests/unit/test_a.py::t2",
+    ]
+    costs = unit_costs(["tests/processes/x/test_new.py", "tests/services/test_s.py"], measured)
+    assert costs == {"tests/processes/x/test_new.py": 100.0, "tests/services/test_s.py": 3.0}
+
+
+def test_the_recorded_table_is_read_back_and_a_partial_run_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "durations.json"
+    assert read_durations(table) == {}  # missing: the kinds' guesses order the run
+    first = Recorder(xdist_scope)
+    first.add("tests/unit/test_a.py::t1", 0.25)
+    first.add("tests/unit/test_a.py::t2", 0.5)
+    first.add("tests/processes/chaos/test_chaos.py::t", 90.0)
+    first.write(table)
+    assert read_durations(table) == {"serial": 90.0, "tests/unit/test_a.py": 0.8}
+    again = Recorder(xdist_scope)
+    again.add("tests/unit/test_a.py::t1", 2.0)
+    again.write(table)
+    assert read_durations(table) == {"serial": 90.0, "tests/unit/test_a.py": 2.0}
+    table.write_text("not json", encoding="utf-8")
+    assert read_durations(table) == {}
+
+
+def test_the_committed_table_names_units_of_the_suite() -> None:
+    measured = read_durations()
+    assert measured, "tests/durations.json is missing or empty: make test-durations"
+    for scope in measured:
+        path = scope.split("::", 1)[0]
+        assert scope == "serial" or (TESTS.parent / path).is_file(), scope
