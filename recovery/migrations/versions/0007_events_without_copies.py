@@ -11,7 +11,8 @@ change that later replaces it keeps the replaced envelope in its own event
 (``toolsafe.recovery.store.shared.with_envelopes``). No column changes; the upgrade
 rewrites the events of existing steps whose envelope equals their step's (every one
 of them reads back its step's envelope, as no later change kept a replaced one), the
-downgrade writes every named envelope back as a copy.
+downgrade writes every named envelope back as a copy (one statement for the steps that
+kept no replaced envelope, Python for the rest).
 """
 
 from __future__ import annotations
@@ -120,8 +121,41 @@ def _named(dialect: str) -> str:
     return f"SELECT DISTINCT step_id FROM step_events WHERE {where}"  # noqa: S608 - fixed names
 
 
+# The downgrade's common case in one statement: a step none of whose events keeps a
+# replaced envelope gets its envelope back in every event that names it (as
+# ``with_envelopes`` reads them). The steps left (a replaced envelope kept, or no
+# envelope held) go through ``_resolved`` in Python, batch by batch.
+_DOWNGRADE_POSTGRESQL = f"""
+UPDATE step_events AS e
+SET detail = jsonb_set(e.detail, '{{envelope}}', s.last_envelope)
+FROM steps AS s
+WHERE s.id = e.step_id
+  AND s.last_envelope IS NOT NULL
+  AND e.detail->'envelope'->'{IN_STEP}' = 'true'
+  AND NOT EXISTS (
+      SELECT 1 FROM step_events AS r WHERE r.step_id = e.step_id AND r.detail ? '{REPLACED}'
+  )
+"""  # noqa: S608 - fixed names only
+_DOWNGRADE_SQLITE = f"""
+UPDATE step_events
+SET detail = json_set(
+    detail,
+    '$.envelope',
+    json((SELECT steps.last_envelope FROM steps WHERE steps.id = step_events.step_id))
+)
+WHERE step_id IS NOT NULL
+  AND json_extract(detail, '$.envelope.{IN_STEP}') = 1
+  AND (SELECT steps.last_envelope FROM steps WHERE steps.id = step_events.step_id) IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM step_events AS r
+      WHERE r.step_id = step_events.step_id AND json_type(r.detail, '$.{REPLACED}') IS NOT NULL
+  )
+"""  # noqa: S608 - fixed names only
+
+
 def downgrade() -> None:
     bind = op.get_bind()
+    op.execute(_DOWNGRADE_POSTGRESQL if bind.dialect.name == "postgresql" else _DOWNGRADE_SQLITE)
     steps = sa.table(
         "steps", sa.column("id", sa.BigInteger()), sa.column("last_envelope", _document())
     )

@@ -221,6 +221,44 @@ def test_every_step_and_event_reads_back_after_the_migration(old_store: Engine) 
         assert store.events(ref) == with_envelopes(mine, store.get(ref).last_envelope)
         assert [event.detail for event in store.events(ref)] == recorded[ref]
 
+    # A few steps whose envelope a later change replaced (as an operator's resolution
+    # does, keeping the replaced one in its event): the downgrade takes them through its
+    # Python path, the others through its one statement.
+    replaced = _replace_envelopes(old_store, found, STEPS // 2_000)
+    expected = {ref: [event.detail for event in store.events(ref)] for ref in replaced}
+    assert all(len(details) == 4 for details in expected.values()), expected
+
     command.downgrade(alembic_config(url), "0006_worker_heartbeats")
     with old_store.connect() as conn:
-        assert _changed(events_before, _raw(conn, "step_events")) == []
+        after = _raw(conn, "step_events")
+    untouched = [row for row in after if row[2] not in replaced]
+    assert _changed([row for row in events_before if row[2] not in replaced], untouched) == []
+    for ref, details in expected.items():
+        assert [_document(row[-1]) for row in after if row[2] == ref] == details, ref
+        # The success held the envelope the step had then; the resolution, the new one.
+        executed, resolved = details[2], details[3]
+        assert executed["envelope"] != resolved["envelope"] == replaced[ref]
+        assert "replaced_envelope" not in resolved
+
+
+def _replace_envelopes(engine: Engine, found: dict[int, Any], count: int) -> dict[str, Any]:
+    """Give ``count`` steps holding an adapter's envelope a new one, with the event a
+    change replacing it writes (at head): it names the new envelope and keeps the old."""
+    chosen = [step for step in found.values() if step.state.value in HELD][:count]
+    new = {step.operation_ref: {"ok": True, "code": "RESOLVED", "n": step.id} for step in chosen}
+    with engine.begin() as conn:
+        for step in chosen:
+            envelope = new[step.operation_ref]
+            conn.execute(steps.update().where(steps.c.id == step.id).values(last_envelope=envelope))
+            detail = {
+                "envelope": {"in_step": True, "commit_state": "committed"},
+                "replaced_envelope": step.last_envelope,
+            }
+            conn.execute(
+                step_events.insert().values(
+                    step_id=step.id, operation_ref=step.operation_ref, at=T2, kind="resolved",
+                    from_state=step.state.value, to_state="succeeded", label="resolved",
+                    detail=detail,
+                )
+            )  # fmt: skip
+    return new
