@@ -68,9 +68,15 @@ class CreateInvoice(HttpWriteAdapter[InvoiceInput]):
     )  # fmt: skip
 
     def __init__(
-        self, settings: HttpSettings, consistency_window: timedelta = timedelta(seconds=2)
+        self,
+        settings: HttpSettings,
+        consistency_window: timedelta = timedelta(seconds=2),
+        *,
+        deduplicates_by_key: bool = False,
     ) -> None:
         super().__init__(settings)
+        # Only for a downstream run without --naive (``ExampleSettings``).
+        self.deduplicates_by_key = deduplicates_by_key  # type: ignore[misc]
         # An instance attribute: the window is the deployed downstream's, set at register.
         self.consistency_window = consistency_window  # type: ignore[misc]
 
