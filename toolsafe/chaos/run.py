@@ -90,9 +90,12 @@ class _Run:
         self.redis_server = redis_server
         self.pair = pair  # --failovers: the run's own primary and standby
         self.workdir = workdir
-        self.schedule = build_schedule(config.seed, config.size, config.timing)
+        self.schedule = build_schedule(
+            config.seed, config.size, config.timing, deduplicating=config.deduplicating
+        )
         self.prefix = f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}/"
-        self.by_name = {s.name: s for s in scenarios(config.timing)}
+        known = scenarios(config.timing, deduplicating=config.deduplicating)
+        self.by_name = {s.name: s for s in known}
         self.report = ChaosReport(
             config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
         )
