@@ -102,9 +102,9 @@ def _decide(
         if step.state is S.WAITING_RETRY and may_still_land(step, now):
             raise TransitionRefused(
                 R.UNKNOWN_NOT_CANCELLABLE,
-                f"step {step.operation_ref} was found absent before its last request could "
-                "no longer reach the downstream; the retry under the same key settles it, "
-                "cancel only after it",
+                f"step {step.operation_ref} was found absent while its killed request may "
+                "still reach the downstream; the retry under the same operation_ref settles "
+                "it: cancel after that",
             )
         extra = {"by": outcome.by, "reason": outcome.reason}
         # Never executed (None) or provably not written: a cancelled step wrote nothing.

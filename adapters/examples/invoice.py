@@ -72,11 +72,13 @@ class CreateInvoice(HttpWriteAdapter[InvoiceInput]):
         settings: HttpSettings,
         consistency_window: timedelta = timedelta(seconds=2),
         *,
-        deduplicates_by_key: bool = False,
+        deduplicates_by_key: bool | None = None,
     ) -> None:
         super().__init__(settings)
-        # Only for a downstream run without --naive (``ExampleSettings``).
-        self.deduplicates_by_key = deduplicates_by_key  # type: ignore[misc]
+        # Only for a downstream run without --naive (``ExampleSettings``); None keeps
+        # what the class declares.
+        if deduplicates_by_key is not None:
+            self.deduplicates_by_key = deduplicates_by_key  # type: ignore[misc]
         # An instance attribute: the window is the deployed downstream's, set at register.
         self.consistency_window = consistency_window  # type: ignore[misc]
 

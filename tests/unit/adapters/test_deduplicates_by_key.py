@@ -78,7 +78,10 @@ def test_a_write_without_a_lookup_declaring_it_is_refused_at_registration() -> N
 
 
 def test_the_http_toolkit_needs_the_key_in_flight_answer_mapped() -> None:
-    Registry().register(InvoiceDeduplicated(SETTINGS))
+    declared = InvoiceDeduplicated(SETTINGS)
+    assert declared.deduplicates_by_key  # the class's declaration, not the constructor's
+    Registry().register(declared)
+    Registry().register(CreateInvoice(SETTINGS, deduplicates_by_key=True))
     with pytest.raises(TraitDeclarationError, match=codes.IDEMPOTENCY_KEY_IN_FLIGHT) as refused:
         Registry().register(InvoiceWithoutInFlightCode(SETTINGS))
     assert refused.value.tool == "invoice_without_in_flight_code"
