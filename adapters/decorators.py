@@ -118,6 +118,7 @@ class _Options:
     evidence: str | Callable[[Any], object] | None = "id"
     failed: Callable[[Any], bool] | None = None
     consistency_window: timedelta = timedelta(0)
+    deduplicates_by_key: bool = False
     timeout: float | None = None
     max_retry_after: timedelta = timedelta(minutes=5)
     default_retry_delay: timedelta = timedelta(seconds=2)
@@ -149,6 +150,7 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         "input_model": shape.model,
         "has_lookup": options.lookup is not None,
         "consistency_window": options.consistency_window,
+        "deduplicates_by_key": options.deduplicates_by_key,
         "description": _description(function, options.description),
         "title": options.title,
         "errors": dict(options.errors),
@@ -171,6 +173,7 @@ def _build(function: Callable[..., object], options: _Options) -> FunctionAdapte
         evidence=options.evidence,
         failed=options.failed,
     )
+    adapter.refuse_contradictions()
     adapter.refuse_unknowable()
     return adapter
 
@@ -198,6 +201,7 @@ def tool(
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
     consistency_window: timedelta = timedelta(0),
+    deduplicates_by_key: bool = False,
     timeout: float | None = None,
     max_retry_after: timedelta = timedelta(minutes=5),
     default_retry_delay: timedelta = timedelta(seconds=2),
@@ -222,6 +226,7 @@ def tool(
     evidence: str | Callable[[Any], object] | None = "id",
     failed: Callable[[Any], bool] | None = None,
     consistency_window: timedelta = timedelta(0),
+    deduplicates_by_key: bool = False,
     timeout: float | None = None,
     max_retry_after: timedelta = timedelta(minutes=5),
     default_retry_delay: timedelta = timedelta(seconds=2),
@@ -240,7 +245,11 @@ def tool(
     unless it is listed in ``before_send`` (raised only before anything is sent): the
     decorator refuses the table otherwise, naming the exception and the code.
     ``idempotency_place`` (a ``KeyPlace``) says where the function sends the
-    operation_ref, for the conformance kit to check.
+    operation_ref, for the conformance kit to check. ``deduplicates_by_key=True`` declares
+    that the downstream enforces that key (a second request with it never makes a second
+    effect; keys kept at least as long as a step may verify and retry; see
+    ``Adapter.deduplicates_by_key``): a lookup's "not found" is then final one
+    ``consistency_window`` after the send. It needs ``lookup``.
     ``description`` (default: the docstring) is what a model reads about the tool;
     ``title`` an optional display name.
     """
@@ -259,6 +268,7 @@ def tool(
         evidence=evidence,
         failed=failed,
         consistency_window=consistency_window,
+        deduplicates_by_key=deduplicates_by_key,
         timeout=timeout,
         max_retry_after=max_retry_after,
         default_retry_delay=default_retry_delay,

@@ -52,6 +52,18 @@ class AdapterLoadError(ToolsafeError, ImportError):
         return f"cannot load adapter module {self.module!r}: {self.reason}"
 
 
+class TraitDeclarationError(ToolsafeError, TypeError):
+    """An adapter declares traits that contradict each other or the adapter itself."""
+
+    def __init__(self, tool: str, rule: str) -> None:
+        super().__init__(tool, rule)
+        self.tool = tool
+        self.rule = rule
+
+    def __str__(self) -> str:
+        return f"adapter {shown(self.tool)}: {self.rule}"
+
+
 class DuplicateToolError(ToolsafeError, ValueError):
     """Two adapters claim the same tool name."""
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Final, Self
 import httpx
 from pydantic import JsonValue
 
-from toolsafe.adapters import codes, outgoing, tool_errors
+from toolsafe.adapters import codes, outgoing, sending, tool_errors
 from toolsafe.adapters.envelope import AnySuccess, ToolError, ToolSuccess, Verification
 from toolsafe.adapters.http_lookup import HttpLookup, LookupShape
 from toolsafe.adapters.http_responses import (
@@ -34,10 +34,7 @@ from toolsafe.adapters.http_responses import (
     snake_case,
     transport_failure,
 )
-from toolsafe.adapters.protocol import (
-    CallContext,
-    InputT,
-)
+from toolsafe.adapters.protocol import CallContext, InputT
 from toolsafe.adapters.redaction import clean_text, looks_like_instructions
 from toolsafe.adapters.sending import Declared, KeyPlace, refuse_unknowable
 
@@ -148,6 +145,14 @@ class HttpAdapter(HttpLookup[InputT]):
         twin._client = None
         twin._pid = 0
         return twin
+
+    def refuse_contradictions(self) -> None:
+        """With ``deduplicates_by_key``: the key is sent, and the downstream's "key in
+        flight" 409 maps to ``IDEMPOTENCY_KEY_IN_FLIGHT`` (unknown), never a conflict."""
+        super().refuse_contradictions()
+        if self.deduplicates_by_key:
+            self.key_place()  # a KeyPlace refuses an empty header, field or parameter name
+            sending.refuse_in_flight_conflict(self.tool, self.upstream_codes.values())
 
     def refuse_unknowable(self) -> None:
         """A write's ``classify_exception`` (an override included) must call every httpx

@@ -17,6 +17,7 @@ from pydantic import BaseModel, JsonValue, SecretBytes, SecretStr, ValidationErr
 from pydantic_core import to_jsonable_python
 
 from toolsafe.adapters.envelope import AnySuccess, ToolError
+from toolsafe.adapters.errors import TraitDeclarationError
 from toolsafe.adapters.lookup_codes import LOOKUP_UNSPECIFIED
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -125,7 +126,8 @@ class Adapter(ABC, Generic[InputT]):
     :meth:`lookup`. ``description`` is what a model reads about the tool (falling back to
     the class's own docstring), ``title`` an optional display name.
     ``consistency_window`` is how long after a write the downstream's lookup may still
-    miss it. Input fields typed ``SecretStr`` are encrypted at rest.
+    miss it; ``deduplicates_by_key`` says the downstream enforces the idempotency key (see
+    there). Input fields typed ``SecretStr`` are encrypted at rest.
     """
 
     tool: ClassVar[str]
@@ -145,6 +147,18 @@ class Adapter(ABC, Generic[InputT]):
     result_hosts: ClassVar[frozenset[str]] = frozenset()
     has_lookup: ClassVar[bool] = False
     consistency_window: ClassVar[timedelta] = timedelta(0)
+    # Declare True only when both hold for the downstream behind this write:
+    # 1. it enforces the idempotency key: a second request carrying the operation_ref of
+    #    one it has seen never makes a second effect; it answers with the stored result
+    #    or "key in flight" (HTTP 409) while the first is still being processed;
+    # 2. it keeps each key at least as long as a step may stay in verification plus its
+    #    retries (the verification budget and every retry delay of the tool's policy).
+    # The adapter must send the operation_ref as that key, and have a lookup. A lookup's
+    # "not found" is then final a consistency window after the send, without waiting
+    # out the longest call: a request of a killed attempt that arrives late meets the
+    # retry's key and is deduplicated (docs/writing-an-adapter.md, "A downstream that
+    # deduplicates"). Wrongly declared, it lets a late request make a second effect.
+    deduplicates_by_key: ClassVar[bool] = False
 
     @classmethod
     def describe(cls) -> str:
@@ -202,6 +216,25 @@ class Adapter(ABC, Generic[InputT]):
     def lookup(self, operation_ref: str) -> LookupResult:
         """Look the operation up downstream by its operation_ref."""
         raise NotImplementedError(f"adapter {self.tool!r} has no lookup")
+
+    def refuse_contradictions(self) -> None:
+        """Raise ``TraitDeclarationError`` when the adapter declares traits that cannot
+        hold together; called at registration (and by the toolkits when they build one)."""
+        if not self.deduplicates_by_key:
+            return
+        if not self.writes:
+            raise TraitDeclarationError(
+                self.tool,
+                "deduplicates_by_key is declared on a read: only a write that sends the "
+                "operation_ref as its idempotency key can be deduplicated by it",
+            )
+        if not self.has_lookup:
+            raise TraitDeclarationError(
+                self.tool,
+                "deduplicates_by_key is declared without a lookup: it only shortens how "
+                "long a lookup's 'not found' waits to be final, and without a lookup an "
+                "unknown outcome escalates at once",
+            )
 
     def refuse_unknowable(self) -> None:
         """Raise ``toolsafe.adapters.sending.UnknowableMapping`` when the adapter maps an

@@ -90,6 +90,7 @@ class Registry:
             raise AdapterLoadError(type(adapter).__module__, "adapter has no tool name")
         if tool in self._adapters and self._adapters[tool] is not adapter:
             raise DuplicateToolError(tool)
+        adapter.refuse_contradictions()
         adapter.refuse_unknowable()
         self._adapters[tool] = adapter
 

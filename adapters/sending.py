@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
-from toolsafe.adapters.errors import ToolsafeError
+from toolsafe.adapters.codes import IDEMPOTENCY_KEY_IN_FLIGHT
+from toolsafe.adapters.errors import ToolsafeError, TraitDeclarationError
 
 Sent = Literal["before", "maybe"]
 ExceptionT = TypeVar("ExceptionT", bound=type[BaseException])
@@ -230,6 +231,20 @@ def refuse_unknowable(
             raise UnknowableMapping(tool, where, item.raised, item.code, why, item.commit_state)
 
 
+def refuse_in_flight_conflict(tool: str, mapped: Iterable[str]) -> None:
+    """For a write declaring ``deduplicates_by_key`` over HTTP: one of the upstream codes
+    it ``mapped`` must become ``IDEMPOTENCY_KEY_IN_FLIGHT`` (unknown). A retry that meets
+    the first request still in flight gets that answer; unmapped it would be a 409
+    conflict saying nothing was written, while the first request may yet commit."""
+    if IDEMPOTENCY_KEY_IN_FLIGHT not in set(mapped):
+        raise TraitDeclarationError(
+            tool,
+            "deduplicates_by_key needs upstream_codes to map the downstream's 'key in "
+            f"flight' code to {IDEMPOTENCY_KEY_IN_FLIGHT}: else a retry meeting the first "
+            "request in flight is a 409 conflict, reported as not written",
+        )
+
+
 def check_before_send(tool: str, before_send: Iterable[object]) -> tuple[type[BaseException], ...]:
     """``before_send`` as a tuple of exception classes; anything else is refused."""
     found: list[type[BaseException]] = []
@@ -247,5 +262,6 @@ __all__ = [
     "after_send",
     "check_before_send",
     "may_follow_send",
+    "refuse_in_flight_conflict",
     "refuse_unknowable",
 ]

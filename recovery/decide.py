@@ -35,6 +35,7 @@ from toolsafe.recovery.outcomes import (
 from toolsafe.recovery.policy import Policy
 from toolsafe.recovery.resolution import check_resolution
 from toolsafe.recovery.states import ALLOWED, LABELS, WAITING, StepState
+from toolsafe.recovery.windows import may_still_land, not_found_final_at
 
 S = StepState
 
@@ -97,6 +98,13 @@ def _decide(
                 R.UNKNOWN_NOT_CANCELLABLE,
                 f"step {step.operation_ref} may already have written downstream (outcome "
                 "unknown, being verified); wait for verification or ask an operator to resolve",
+            )
+        if step.state is S.WAITING_RETRY and may_still_land(step, now):
+            raise TransitionRefused(
+                R.UNKNOWN_NOT_CANCELLABLE,
+                f"step {step.operation_ref} was found absent while its killed request may "
+                "still reach the downstream; the retry under the same operation_ref settles "
+                "it: cancel after that",
             )
         extra = {"by": outcome.by, "reason": outcome.reason}
         # Never executed (None) or provably not written: a cancelled step wrote nothing.
@@ -275,18 +283,12 @@ def _looked_up(
     if isinstance(result, LookupFound):
         return _to(step, S.SUCCEEDED, "succeed", "committed", evidence_ref=result.evidence_ref)
     if isinstance(result, LookupNotFound):
-        # The original call may run until ``longest_call`` after its claim, and its
-        # write show up a consistency window later: only then is "not found" final.
-        window_end = (
-            step.last_sent_at + step.traits.longest_call + step.traits.consistency_window
-            if step.last_sent_at is not None
-            else None
-        )
+        window_end = not_found_final_at(step)
         if window_end is not None and now < window_end:
             # The downstream may not show the write yet: look again, never execute.
             tries = step.verification_attempts + 1
             due_at = now + verification_delay(policy, tries, rng)
-            if step.traits.longest_call:
+            if step.traits.longest_call or step.traits.deduplicates_by_key:
                 due_at = min(due_at, window_end)  # the final look when it is final
             return _to(
                 step,

@@ -125,6 +125,10 @@ class ToolTraits:
     # a write not found before then may yet be sent by a paused process, so it is not
     # sent again before then (docs/operations.md, "What stops a paused process").
     longest_call: timedelta = timedelta(0)
+    # The downstream enforces the operation_ref as its idempotency key (the adapter's
+    # ``deduplicates_by_key``): a late request of an earlier attempt meets a retry's key
+    # and makes no second effect, so a retry need not wait out ``longest_call``.
+    deduplicates_by_key: bool = False
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ class Runtime:
             has_lookup=adapter.has_lookup,
             consistency_window=adapter.consistency_window,
             longest_call=timedelta(seconds=self.settings.calls.time_limit),
+            deduplicates_by_key=adapter.deduplicates_by_key,
         )
 
     def open_input(self, stored: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 ``TOOLSAFE_ADAPTERS=toolsafe.adapters.examples`` loads them.
 
 Their settings (``ExampleSettings``) come from ``TOOLSAFE_EXAMPLE_DOWNSTREAM_URL``,
-``TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW`` and ``TOOLSAFE_EXAMPLE_TIMEOUT``, read by
-toolsafe's settings at start and handed to ``register``.
+``TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW``, ``TOOLSAFE_EXAMPLE_TIMEOUT`` and
+``TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY``, read by toolsafe's settings at start and handed
+to ``register``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class ExampleSettings(BaseModel):
         allow_inf_nan=False,
         description="a number of seconds above 0 and at most 600",
     )
+    # Whether the adapters declare ``deduplicates_by_key``: true only when the example
+    # downstream enforces Idempotency-Key, i.e. runs without ``--naive`` (which stores
+    # every request, so that a duplicate shows). Off by default: the trait is a promise
+    # about the deployed downstream that the adapters cannot check themselves.
+    deduplicates_by_key: bool = Field(
+        default=False,
+        description="true or false (true only for a downstream run without --naive)",
+    )
 
 
 ADAPTER_SETTINGS: Final = AdapterSettings(
@@ -67,9 +76,11 @@ def http_settings(settings: ExampleSettings) -> tuple[HttpSettings, timedelta]:
 
 
 def register(registry: Registry, settings: ExampleSettings | None = None) -> None:
-    http, window = http_settings(settings if settings is not None else ExampleSettings())
-    registry.register(CreateInvoice(http, consistency_window=window))
-    registry.register(SendEmail(http, consistency_window=window))
+    given = settings if settings is not None else ExampleSettings()
+    http, window = http_settings(given)
+    deduplicated = given.deduplicates_by_key
+    registry.register(CreateInvoice(http, window, deduplicates_by_key=deduplicated))
+    registry.register(SendEmail(http, window, deduplicates_by_key=deduplicated))
 
 
 __all__ = [

@@ -136,6 +136,11 @@ class Handler(BaseHTTPRequestHandler):
                 snapshot = dict(counts or {})
             self._send(200, snapshot)
             return
+        if path == "/_control/deduplicated":
+            with state.lock:
+                snapshot = dict(state.deduplicated)
+            self._send(200, snapshot)
+            return
         if path == "/_control/faults":
             with state.lock:
                 listed = [f.as_json() for f in state.faults]
@@ -240,6 +245,7 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             key = (resource, ref) if ref and not state.naive else None
             if key is not None and key in state.in_flight:
+                state.deduplicated[key[1]] += 1
                 self._error(409, "IDEMPOTENCY_KEY_IN_FLIGHT")
                 return
             existing = state.by_key.get(key) if key else None
@@ -259,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
                 state.effects_by_resource[resource][ref or "-"] += 1
                 status, replayed = 201, False
             else:
+                state.deduplicated[existing.operation_ref or "-"] += 1
                 record, status, replayed = existing, 200, True
         after = state.take_fault(AFTER_STORE, resource, ref)
         if after is not None and self._after_store(after):
@@ -309,6 +316,7 @@ class Handler(BaseHTTPRequestHandler):
         key = (self._route()[0].strip("/"), ref)
         with state.lock:
             if key in state.in_flight:
+                state.deduplicated[ref] += 1
                 self._error(409, "IDEMPOTENCY_KEY_IN_FLIGHT")
                 return True
             state.in_flight[key] = ref
@@ -394,6 +402,11 @@ class DownstreamService:
         with self.state.lock:
             counts = self.state.effects_by_resource[resource] if resource else self.state.effects
             return dict(counts)
+
+    def deduplicated(self) -> dict[str, int]:
+        """Requests per operation_ref that the key deduplicated (none when naive)."""
+        with self.state.lock:
+            return dict(self.state.deduplicated)
 
 
 def main(argv: list[str] | None = None) -> int:

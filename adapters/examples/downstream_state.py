@@ -131,6 +131,9 @@ class State:
     effects_by_resource: dict[str, Counter[str]] = field(
         default_factory=lambda: {r: Counter() for r in RESOURCES}
     )
+    # Requests per operation_ref that the key deduplicated (never counted when naive):
+    # answered with the stored record, or refused while the key was in flight.
+    deduplicated: Counter[str] = field(default_factory=Counter)
     faults: list[Fault] = field(default_factory=list)
     next_fault: int = 1
     next_record: int = 1
@@ -144,6 +147,7 @@ class State:
             self.by_key.clear()
             self.in_flight.clear()
             self.effects.clear()
+            self.deduplicated.clear()
             self.effects_by_resource = {r: Counter() for r in RESOURCES}
             self.faults.clear()
             self.traceparents.clear()

@@ -69,9 +69,17 @@ class SendEmail(HttpWriteAdapter[EmailInput]):
     result_fields: ClassVar[tuple[str, ...]] = ("id", "subject", "created_at")
 
     def __init__(
-        self, settings: HttpSettings, consistency_window: timedelta = timedelta(seconds=2)
+        self,
+        settings: HttpSettings,
+        consistency_window: timedelta = timedelta(seconds=2),
+        *,
+        deduplicates_by_key: bool | None = None,
     ) -> None:
         super().__init__(settings)
+        # Only for a downstream run without --naive (``ExampleSettings``); None keeps
+        # what the class declares.
+        if deduplicates_by_key is not None:
+            self.deduplicates_by_key = deduplicates_by_key  # type: ignore[misc]
         self.consistency_window = consistency_window  # type: ignore[misc]
 
     def check(self, parsed: EmailInput) -> list[FieldError]:

@@ -68,9 +68,17 @@ class CreateInvoice(HttpWriteAdapter[InvoiceInput]):
     )  # fmt: skip
 
     def __init__(
-        self, settings: HttpSettings, consistency_window: timedelta = timedelta(seconds=2)
+        self,
+        settings: HttpSettings,
+        consistency_window: timedelta = timedelta(seconds=2),
+        *,
+        deduplicates_by_key: bool | None = None,
     ) -> None:
         super().__init__(settings)
+        # Only for a downstream run without --naive (``ExampleSettings``); None keeps
+        # what the class declares.
+        if deduplicates_by_key is not None:
+            self.deduplicates_by_key = deduplicates_by_key  # type: ignore[misc]
         # An instance attribute: the window is the deployed downstream's, set at register.
         self.consistency_window = consistency_window  # type: ignore[misc]
 

@@ -27,6 +27,7 @@ BAD: dict[str, str] = {
     "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": "soon",
     "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": "ftp://127.0.0.1:8900",
     "TOOLSAFE_EXAMPLE_TIMEOUT": "0",
+    "TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY": "perhaps",
     "TOOLSAFE_FAULTS_ENABLED": "maybe",
     "TOOLSAFE_FAULT_PLAN": "relative/plan.json",
     "TOOLSAFE_FAULT_STATE_DIR": "relative/fired",

@@ -67,6 +67,7 @@ def chaos(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir) if args.workdir else None,
         keep_keys=tuple(args.keep_key or ()),
         pg_restart_command=args.pg_restart_command,
+        deduplicating=args.deduplicating_downstream,
         local_redis=args.local_redis,
         pg_admin=args.pg_admin,
     )
@@ -124,6 +125,8 @@ def command_line(args: argparse.Namespace) -> str:
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", str(value)]
+    if getattr(args, "deduplicating_downstream", False):
+        words.append("--deduplicating-downstream")
     return shlex.join(words)
 
 
@@ -142,7 +145,8 @@ def add_parser(commands: Any) -> None:
     ch = commands.add_parser(
         "chaos",
         help="prove it under faults: real workers, SIGKILLs, broker flushes, DB kills",
-        description="Runs real celery workers, beat and the naive example downstream; "
+        description="Runs real celery workers, beat and the example downstream (naive unless "
+        "--deduplicating-downstream); "
         "exits 1 when the invariant is violated or a worker exited without being killed. "
         "Without --broker and --database it takes a Redis db and a PostgreSQL database "
         "of its own on the local servers.",
@@ -206,6 +210,13 @@ def add_parser(commands: Any) -> None:
     ch.add_argument(
         "--pg-restart-command",
         help="restarts the server, e.g. 'pg_ctlcluster --skip-systemctl-redirect 15 main restart'",
+    )
+    ch.add_argument(
+        "--deduplicating-downstream",
+        action="store_true",
+        help="run the example downstream enforcing Idempotency-Key (not --naive) and have "
+        "the adapters declare deduplicates_by_key: a killed call is retried one consistency "
+        "window after its send; the report counts the requests the key deduplicated",
     )
     ch.add_argument("--duplicates", type=int, default=60, help="duplicate messages published")
     ch.add_argument("--batch", type=int, default=20, help="steps submitted at once")

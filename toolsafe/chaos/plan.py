@@ -28,6 +28,11 @@ class Timing:
     retry_after: float = 1.0  # the downstream's Retry-After on a rate limit
     lookup_down_times: int = 2  # lookups answered 503 (a short outage, inside the budget)
 
+    @property
+    def time_limit(self) -> float:
+        """The task's hard time limit in the run (``longest_call``)."""
+        return self.call_timeout + 3
+
     def __post_init__(self) -> None:
         if self.visible_after >= self.consistency_window:
             # A write that stays invisible past the declared window would be retried
@@ -46,9 +51,27 @@ class Scenario:
     long_call: bool = False  # its first call lasts until the adapter's timeout
 
 
-def scenarios(timing: Timing) -> tuple[Scenario, ...]:
-    """The article's scenarios, each a way the downstream misbehaves for one step."""
+def scenarios(timing: Timing, *, deduplicating: bool = False) -> tuple[Scenario, ...]:
+    """The article's scenarios, each a way the downstream misbehaves for one step; with a
+    deduplicating downstream also ``slow_store`` (below)."""
     stored_502 = {"fault": "error_after_store", "status": 502}
+    extra = (_slow_store(timing),) if deduplicating else ()
+    return (*_common(timing, stored_502), *extra)
+
+
+def _slow_store(timing: Timing) -> Scenario:
+    """The downstream holds the request's key in flight (nothing stored) past the
+    consistency window but within the time limit: the call times out, the lookup finds
+    nothing after the window, and the retry that ``deduplicates_by_key`` allows then meets
+    the first request at the downstream ("key in flight", or its stored record). Against
+    a naive downstream that retry would be a second effect: it runs only when the
+    adapters declare the trait over a downstream that enforces the key."""
+    held = (timing.consistency_window + timing.time_limit) / 2
+    fault = {"fault": "stall_before_store", "seconds": held}
+    return Scenario("slow_store", "create_invoice", (fault,), follow_up=True, long_call=True)
+
+
+def _common(timing: Timing, stored_502: Mapping[str, Any]) -> tuple[Scenario, ...]:
     return (
         Scenario("clean_success", "create_invoice", ()),
         Scenario("clean_email", "send_email", ()),
@@ -184,14 +207,16 @@ class ScheduleSize:
     batch: int = 20
 
 
-def build_schedule(seed: int, size: ScheduleSize, timing: Timing | None = None) -> Schedule:
+def build_schedule(
+    seed: int, size: ScheduleSize, timing: Timing | None = None, *, deduplicating: bool = False
+) -> Schedule:
     """The whole run decided up front from the seed: scenarios, kills, broker flushes and
     restarts, database connection kills, restarts and failovers and duplicate messages, in
     the order they happen."""
     if size.steps < 1 or size.batch < 1:
         raise ValueError("need at least one step and a batch of at least one")
     rng = random.Random(seed)
-    known = scenarios(timing or Timing())
+    known = scenarios(timing or Timing(), deduplicating=deduplicating)
     names = [known[i % len(known)].name for i in range(size.steps)]
     rng.shuffle(names)
     by_name = {scenario.name: scenario for scenario in known}

@@ -42,6 +42,9 @@ class ChaosConfig:
     # How to restart the PostgreSQL server (needed when size.db_restarts > 0), e.g.
     # "pg_ctlcluster --skip-systemctl-redirect 15 main restart".
     pg_restart_command: str | None = None
+    # Run the example downstream enforcing Idempotency-Key, with the adapters declaring
+    # ``deduplicates_by_key``; by default it runs naive, so that a duplicate shows.
+    deduplicating: bool = False
     local_redis: str = LOCAL_REDIS  # where a run without --broker takes a db of its own
     pg_admin: str = LOCAL_PG_ADMIN  # where a run without --database creates its own
 
@@ -76,6 +79,9 @@ class ChaosReport:
     beat_exits: Counter[str] = field(default_factory=Counter)
     # Envelopes checked while their step waited to retry or verified (toolsafe.chaos.checks).
     checked_in_passing: int = 0
+    # Requests per operation_ref the downstream answered from its key (a replay of the
+    # stored record, or "key in flight"): the deduplicating downstream at work.
+    deduplicated: dict[str, int] = field(default_factory=dict)
 
     @property
     def kill_recovery_seconds(self) -> list[float]:
@@ -113,6 +119,7 @@ class ChaosReport:
             f"at most {c.max_in_progress} steps in progress, operation_refs {self.prefix}*",
             f"work dir: {self.workdir}",
             f"broker {c.broker}, database {hide_password(c.database or '')}",
+            f"downstream: {downstream_shown(c)}",
             "",
             f"steps submitted: {len(self.submitted)} in {self.submit_seconds:.1f}s; "
             f"settled: {'yes' if self.settled else 'NO'} after {self.settle_seconds:.1f}s "
@@ -135,6 +142,11 @@ class ChaosReport:
                     f"{point} {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
                     for point, seconds in sorted(self.kill_recovery.items())
                 )
+            )
+        if c.deduplicating:
+            lines.append(
+                f"requests the downstream deduplicated by key: {sum(self.deduplicated.values())} "
+                f"(of {len(self.deduplicated)} steps)"
             )
         if self.broker_restart_seconds:
             away = self.broker_restart_seconds
@@ -216,6 +228,9 @@ class ChaosReport:
             },
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
+            "downstream": "deduplicating" if self.config.deduplicating else "naive",
+            "deduplicated_requests": sum(self.deduplicated.values()),
+            "deduplicated_steps": len(self.deduplicated),
             "agent": dict(self.agent),
             "scenarios": {k: dict(v) for k, v in self.scenario_states.items()},
             "violations": [str(v) for v in self.verdict.violations] if self.verdict else None,
@@ -231,6 +246,12 @@ def as_json_wait(wait: WaitTimes) -> dict[str, float | None]:
         "p95": wait.quantiles.get(0.95),
         "max": wait.max,
     }
+
+
+def downstream_shown(config: ChaosConfig) -> str:
+    if config.deduplicating:
+        return "deduplicating by Idempotency-Key, adapters declare deduplicates_by_key"
+    return "naive (stores every request: a duplicate write shows as a second effect)"
 
 
 def pool_shown(config: ChaosConfig) -> str:

@@ -1,7 +1,7 @@
-"""``toolsafe chaos``: real workers, beat and the naive example downstream under a seeded
-schedule of SIGKILLs, broker flushes and hard restarts, PostgreSQL connection kills and
-restarts and duplicate messages; then the invariant against the downstream's own record,
-the worker exits nobody planned, and the article's counts."""
+"""``toolsafe chaos``: real workers, beat and the example downstream (naive unless told
+otherwise) under a seeded schedule of SIGKILLs, broker flushes and hard restarts,
+PostgreSQL connection kills and restarts and duplicate messages; then the invariant
+against the downstream's own record, the worker exits nobody planned, and the counts."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from toolsafe.chaos.plan import (
 )
 from toolsafe.chaos.recovery_time import recovered_after, waits_by_scenario
 from toolsafe.chaos.report import ChaosConfig, ChaosReport
-from toolsafe.chaos.resources import resources
+from toolsafe.chaos.resources import resources, run_env
 from toolsafe.harness import (
     DownstreamProcess,
     Fleet,
@@ -67,7 +67,6 @@ from toolsafe.recovery.states import (
     StepState,
 )
 from toolsafe.recovery.store import StorePort, open_store
-from toolsafe.settings import child_environ
 from toolsafe.tasks import faults
 
 log = logging.getLogger("toolsafe.chaos")
@@ -75,42 +74,6 @@ log = logging.getLogger("toolsafe.chaos")
 # States with an envelope that a worker moves on from (waiting_retry, verifying): their
 # envelopes are checked on the way, the end of the run sees only final states.
 PASSING = WORK_STATES - NO_OUTCOME_YET
-
-
-def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str, str]:
-    """The ``TOOLSAFE_*`` settings every process of the run shares: short leases and
-    sweeps so that a killed worker's step is verified within seconds."""
-    t = config.timing
-    assert config.broker is not None and config.database is not None, "resolved by run()"
-    return child_environ(
-        {
-            "TOOLSAFE_BROKER_URL": config.broker,
-            "TOOLSAFE_DATABASE_URL": config.database,
-            "TOOLSAFE_ADAPTERS": "toolsafe.adapters.examples",
-            "TOOLSAFE_EXAMPLE_DOWNSTREAM_URL": downstream_url,
-            "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": str(t.consistency_window),
-            "TOOLSAFE_EXAMPLE_TIMEOUT": str(t.call_timeout),
-            "TOOLSAFE_TASK_SOFT_TIME_LIMIT": str(t.call_timeout + 2),
-            "TOOLSAFE_TASK_TIME_LIMIT": str(t.call_timeout + 3),
-            # Short: a live call's heartbeat renews it (every 0.6 s), a dead one's ends soon.
-            "TOOLSAFE_LEASE_SECONDS": "3",
-            "TOOLSAFE_SWEEP_INTERVAL": "0.5",
-            # Lost hints (a broker flush) are republished after this; well above the
-            # queue's latency, or every queued step would be published again and again.
-            "TOOLSAFE_REPUBLISH_AFTER": "15",
-            # Below the retry and lookup delays (up to 2 s): most of them are parked in
-            # the store and sent by the release timer, so its path is under the faults too.
-            "TOOLSAFE_MAX_ETA": "1",
-            "TOOLSAFE_VISIBILITY_TIMEOUT": "150",
-            "TOOLSAFE_RETRY_BASE_DELAY": "0.2",
-            "TOOLSAFE_RETRY_MAX_DELAY": "2",
-            "TOOLSAFE_VERIFY_BASE_DELAY": "0.3",
-            "TOOLSAFE_VERIFY_MAX_DELAY": "1.5",
-            "TOOLSAFE_FAULTS_ENABLED": "1",
-            "TOOLSAFE_FAULT_PLAN": str(workdir / "fault-plan.json"),
-            "TOOLSAFE_FAULT_STATE_DIR": str(workdir / "fired"),
-        }
-    )
 
 
 class _Run:
@@ -127,9 +90,12 @@ class _Run:
         self.redis_server = redis_server
         self.pair = pair  # --failovers: the run's own primary and standby
         self.workdir = workdir
-        self.schedule = build_schedule(config.seed, config.size, config.timing)
+        self.schedule = build_schedule(
+            config.seed, config.size, config.timing, deduplicating=config.deduplicating
+        )
         self.prefix = f"chaos-{config.seed}-{uuid.uuid4().hex[:8]}/"
-        self.by_name = {s.name: s for s in scenarios(config.timing)}
+        known = scenarios(config.timing, deduplicating=config.deduplicating)
+        self.by_name = {s.name: s for s in known}
         self.report = ChaosReport(
             config, self.schedule, self.prefix, workdir, datetime.now(UTC).replace(microsecond=0)
         )
@@ -168,7 +134,9 @@ class _Run:
         }
         faults.write_plan(self.workdir / "fault-plan.json", plan)
         flush_broker(self.broker, config.keep_keys)
-        self.downstream = DownstreamProcess(self.workdir, run_env(config, self.workdir, ""))
+        self.downstream = DownstreamProcess(
+            self.workdir, run_env(config, self.workdir, ""), naive=not config.deduplicating
+        )
         env = run_env(config, self.workdir, self.downstream.url)
         if config.metrics:
             self.metrics = serve(Exporter(self.backend.tally, poll_interval=0.2))
@@ -406,6 +374,7 @@ class _Run:
         report = self.report
         assert self.downstream is not None and self.workers is not None
         effects = self.downstream.effects()
+        report.deduplicated = self.downstream.deduplicated()
         verdict = check_invariant(report.submitted, observed, effects)
         report.checked_in_passing = len(self.inspected)
         found = [*self.passing_violations, *check_steps(self.step_facts(observed))]

@@ -83,6 +83,17 @@ def key_ignored(place: KeyPlace) -> str:
     )
 
 
+def key_not_deduplicated(place: KeyPlace) -> str:
+    return (
+        f" — the adapter declares deduplicates_by_key, but the downstream ignores the key: "
+        f"{place} carried the operation_ref and the same request stored a second record. "
+        f"With the trait the runtime sends a killed call again one consistency_window "
+        f"after its send, and a late request of the killed call would be a second effect. "
+        f"Fix: drop deduplicates_by_key, or point the adapter at a service that enforces "
+        f"the key"
+    )
+
+
 def declared_after(raised: type[BaseException], why: str) -> str:
     return (
         f"unknown → verify_operation: {raised.__name__} can follow a sent request ({why}); "

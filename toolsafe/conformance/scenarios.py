@@ -384,7 +384,11 @@ class Run:
             and again.seen is not None
             and key_missing(again.seen, place, ref) is None
         )
-        if ignored:
+        if ignored and getattr(self.adapter, "deduplicates_by_key", False):
+            # A promise the downstream breaks: the runtime relies on it to resend early.
+            assert place is not None
+            self.report.add(scenario, expected, got + messages.key_not_deduplicated(place), "fail")
+        elif ignored:
             assert place is not None
             self.report.add(scenario, expected, got + messages.key_ignored(place), "warn")
         elif count > 1:

@@ -53,6 +53,14 @@ class DownstreamProcess:
         data: dict[str, int] = reply.json()
         return data
 
+    def deduplicated(self) -> dict[str, int]:
+        """Requests per operation_ref the downstream answered from its key (a replay of
+        the stored record, or "key in flight"); always empty when it runs naive."""
+        reply = self.http.get("/_control/deduplicated")
+        reply.raise_for_status()
+        data: dict[str, int] = reply.json()
+        return data
+
     def stop(self, grace: float = 10.0) -> int:
         """Stop the service (SIGTERM; it exits 0); returns its exit code."""
         self.http.close()

@@ -57,6 +57,9 @@ def test_same_key_creates_one_invoice(downstream: DownstreamService, http: httpx
     assert first.json()["record"]["id"] == again.json()["record"]["id"]
     assert effects(http, downstream.url) == {"r/1": 1}
     assert downstream.effects("invoices") == {"r/1": 1}
+    # The second request was answered from the key: counted as deduplicated.
+    assert http.get(f"{downstream.url}/_control/deduplicated").json() == {"r/1": 1}
+    assert downstream.deduplicated() == {"r/1": 1}
 
 
 def test_same_key_other_payload_is_refused(
@@ -125,6 +128,7 @@ def test_naive_mode_creates_one_per_request_and_still_looks_up(
     answers = _hammer(naive_downstream.url, "r/naive", 8)
     assert [a.status_code for a in answers] == [201] * 8
     assert effects(http, naive_downstream.url) == {"r/naive": 8}
+    assert naive_downstream.deduplicated() == {}
     found = http.get(f"{naive_downstream.url}/invoices", params={"operation_ref": "r/naive"})
     assert found.json()["count"] == 8
     assert http.get(f"{naive_downstream.url}/_control/health").json() == {"ok": True, "naive": True}
@@ -183,6 +187,7 @@ def test_stall_before_store_holds_the_key_in_flight(
     thread.join(timeout=5)
     assert first[0].status_code == 201
     assert effects(http, downstream.url) == {"r/1": 1}
+    assert downstream.deduplicated() == {"r/1": 1}  # the 409 while in flight
 
 
 @pytest.mark.parametrize("status", [502, 500, 504])

@@ -137,6 +137,28 @@ def test_f_a_downstream_that_ignores_the_key_is_reported_not_failed() -> None:
     assert rows["effects per operation_ref over the whole run"].verdict == "pass"
 
 
+def test_f_a_declared_deduplication_that_the_downstream_ignores_fails() -> None:
+    with DownstreamService(naive=True) as naive:
+        loaded = load_adapter("toolsafe.adapters.examples:create_invoice")
+        loaded.adapter.deduplicates_by_key = True  # type: ignore[misc]
+        report = check_adapter(loaded, INVOICE, base_url=naive.url)
+    assert not report.passed
+    row = failures(report)["retry under the same operation_ref after a delivered write"]
+    assert "2 effect(s) — the adapter declares deduplicates_by_key" in row.got
+    assert "drop deduplicates_by_key" in row.got
+
+
+def test_f_a_declared_deduplication_that_the_downstream_keeps_passes(
+    service: DownstreamService,
+) -> None:
+    loaded = load_adapter("toolsafe.adapters.examples:create_invoice")
+    loaded.adapter.deduplicates_by_key = True  # type: ignore[misc]
+    report = check_adapter(loaded, INVOICE, base_url=service.url)
+    assert report.passed, report.text()
+    rows = {check.scenario: check for check in report.checks}
+    assert rows["retry under the same operation_ref after a delivered write"].verdict == "pass"
+
+
 def _counting(seen: list[str]) -> ScriptedServer:
     def answer(conn: Conn) -> None:
         seen.append("connection")

@@ -334,9 +334,11 @@ def cluster_for(
     suffix: str,
     env: dict[str, str] | None = None,
     sqlite: bool = False,
+    naive: bool = True,
 ) -> Iterator[Cluster]:
-    """Downstream, webhook and a migrated database (PostgreSQL, or an SQLite file)."""
-    downstream = DownstreamService(naive=True).start()
+    """Downstream (naive unless told otherwise), webhook and a migrated database
+    (PostgreSQL, or an SQLite file)."""
+    downstream = DownstreamService(naive=naive).start()
     webhook = Webhook()
     try:
         with _database(pg_url, directory, suffix, sqlite) as database_url:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,26 @@ def test_defaults_and_bad_settings() -> None:
         registered = registry.get(tool)
         assert isinstance(registered, HttpAdapter)
         opened(registered)
+
+
+def example_adapters(env: dict[str, str]) -> list[HttpAdapter[Any]]:
+    read = Settings.from_env(env).adapter_settings()[MODULE]
+    assert isinstance(read, ExampleSettings)
+    registry = Registry()
+    register(registry, read)
+    found = []
+    for name in registry.tools():
+        adapter = registry.get(name)
+        assert isinstance(adapter, HttpAdapter)
+        found.append(opened(adapter))
+    return found
+
+
+def test_the_examples_declare_deduplicates_by_key_only_when_told() -> None:
+    assert not any(adapter.deduplicates_by_key for adapter in example_adapters({}))
+    told = example_adapters({"TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY": "true"})
+    assert [adapter.deduplicates_by_key for adapter in told] == [True, True]
+    # An instance's declaration is its own: the classes stay undeclared.
+    assert not type(told[0]).deduplicates_by_key
+    with pytest.raises(ValueError, match="TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY"):
+        example_adapters({"TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY": "perhaps"})

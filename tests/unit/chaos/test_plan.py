@@ -178,3 +178,19 @@ def test_toolsafe_chaos_refuses_db_0_with_exit_2(capsys: pytest.CaptureFixture[s
     database = "postgresql://postgres@127.0.0.1:1/never_touched"
     assert main(["chaos", "--broker", "redis://127.0.0.1:6379/0", "--database", database]) == 2
     assert "dedicated Redis db other than 0" in capsys.readouterr().err
+
+
+def test_a_deduplicating_run_adds_a_slow_store_and_leaves_the_naive_schedule_alone() -> None:
+    timing = Timing()
+    naive = {scenario.name for scenario in scenarios(timing)}
+    deduplicating = {s.name: s for s in scenarios(timing, deduplicating=True)}
+    assert set(deduplicating) == naive | {"slow_store"}
+    [held] = deduplicating["slow_store"].faults
+    # Past the window (the lookup says "not found" while the key is in flight), within
+    # the time limit (a naive run, waiting that out, would find the record instead).
+    assert held["fault"] == "stall_before_store"
+    assert timing.consistency_window < held["seconds"] < timing.time_limit
+    assert build_schedule(6, SIZE) == build_schedule(6, SIZE, deduplicating=False)
+    with_slow = build_schedule(6, SIZE, deduplicating=True)
+    assert "slow_store" in {step.scenario for step in with_slow.steps}
+    assert with_slow.kills() == build_schedule(6, SIZE).kills()
