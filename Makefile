@@ -67,10 +67,10 @@ PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
 pytest: venv-dev
 	$(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
-# Measure each work unit again into tests/durations.json, which orders the units longest
+# Measure each work unit again into tests/support/durations.json, which orders the units longest
 # first (tests/support/schedule.py); commit the table after a run on a quiet machine.
 test-durations: venv-dev
-	TOOLSAFE_TEST_DURATIONS=tests/durations.json \
+	TOOLSAFE_TEST_DURATIONS=tests/support/durations.json \
 		$(BIN)/pytest -W error $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The suite under coverage, subprocesses included (docs/coverage.md).

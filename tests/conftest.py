@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = schedule.longest_first(items, xdist_scope, schedule.read_durations())
 
 
-# ``TOOLSAFE_TEST_DURATIONS=tests/durations.json`` (``make test-durations``): the
+# ``TOOLSAFE_TEST_DURATIONS=tests/support/durations.json`` (``make test-durations``): the
 # controller adds up each work unit's seconds and writes them there at the end.
 _RECORDER = schedule.Recorder(lambda nodeid: xdist_scope(nodeid))
 

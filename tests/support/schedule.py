@@ -7,8 +7,9 @@ units with the most tests first: the unit-test files, hundreds of fast tests eac
 the process files (a few tests, each a minute of real workers) last, where one of them
 alone makes the run's tail. Here the longest units go first (longest processing time
 first, the classic rule for balancing jobs over machines), each unit's length read from
-``tests/durations.json`` (seconds per unit, measured by ``make test-durations``) and, for
-a unit the table does not know yet, the median of its kind's known units.
+``tests/support/durations.json`` (seconds per unit, measured by ``make
+test-durations``) and, for a unit the table does not know yet, the median of its
+kind's known units.
 
 The order changes only when a unit starts, never what a test does or which tests run.
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
-DURATIONS: Final = Path(__file__).resolve().parents[1] / "durations.json"
+DURATIONS: Final = Path(__file__).resolve().parent / "durations.json"
 # Without any measurement: a process unit runs real workers (tens of seconds), a
 # services unit real servers (seconds), a unit file pure logic.
 KIND_GUESS: Final = {"processes": 30.0, "services": 3.0, "unit": 1.0}

@@ -115,7 +115,7 @@ def test_the_recorded_table_is_read_back_and_a_partial_run_keeps_the_rest(
 
 def test_the_committed_table_names_units_of_the_suite() -> None:
     measured = read_durations()
-    assert measured, "tests/durations.json is missing or empty: make test-durations"
+    assert measured, "tests/support/durations.json is missing or empty: make test-durations"
     for scope in measured:
         path = scope.split("::", 1)[0]
         assert scope == "serial" or (TESTS.parent / path).is_file(), scope
