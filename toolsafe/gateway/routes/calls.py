@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
@@ -97,7 +96,7 @@ async def view(
     ref = principal.existing(operation_ref)
     if wait <= 0:
         return CallView.of(await state.aclient.view(ref)).response()
-    if await asyncio.to_thread(state.live_workers) == []:
+    if await state.alive_workers() == []:
         current = await state.aclient.view(ref)
         if not current.needs_agent:
             # Nobody would move it within the wait: say so now instead of holding it.
