@@ -16,6 +16,7 @@ from toolsafe import tracing
 from toolsafe.gateway import metrics as gateway_metrics
 from toolsafe.gateway import problems, ui
 from toolsafe.gateway.auth import Authenticator
+from toolsafe.gateway.hot import HotViews
 from toolsafe.gateway.json_bodies import JsonBodies
 from toolsafe.gateway.problems import ApiProblem, problem_response
 from toolsafe.gateway.routes import actions, calls, events, tools
@@ -186,6 +187,7 @@ def create_gateway(
         # No store access: a liveness probe that answers while the database is down.
         return {"ok": True, "waits": app.state.gateway.waits}
 
+    app.add_middleware(HotViews, api=app)  # innermost: its requests are counted and limited
     app.add_middleware(JsonBodies)  # inside Limits: the body is read whole by then
     app.add_middleware(
         Limits, max_header=settings.gateway.max_header, max_body=settings.gateway.max_body

@@ -3,6 +3,7 @@ the count of requests holding a wait."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -51,6 +52,16 @@ class Gateway:
                 self.workers.live(self.client.runtime.now(), self.settings.calls.lease),
             )
         return self._live[1]
+
+    async def alive_workers(self) -> list[WorkerBeat] | None:
+        """:meth:`live_workers` from the event loop: a reading younger than
+        :data:`LIVENESS_SECONDS` is answered here, only a new one costs a thread."""
+        if self.workers is None:
+            return None
+        live = self._live
+        if live is not None and time.monotonic() - live[0] < LIVENESS_SECONDS:
+            return live[1]
+        return await asyncio.to_thread(self.live_workers)
 
     def wait_for(self, requested: float) -> float:
         """The wait a request may hold: at most ``TOOLSAFE_GATEWAY_MAX_WAIT``."""

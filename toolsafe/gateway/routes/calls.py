@@ -3,19 +3,21 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 
-from toolsafe.gateway.auth import Caller
+from toolsafe.gateway.auth import Caller, Principal
 from toolsafe.gateway.models import CallRequest, CallView
 from toolsafe.gateway.problems import WAIT_OR_KEY_LIMIT, documented
 from toolsafe.gateway.state import Gateway, gateway
 from toolsafe.recovery.store import new_operation_ref
 
 router = APIRouter(tags=["calls"])
+
+WAIT_BOUND: Final = 86_400
+"""The longest ``?wait=`` the route accepts; it holds at most TOOLSAFE_GATEWAY_MAX_WAIT."""
 
 PROBLEMS: Final[dict[int | str, dict[str, Any]]] = {
     401: documented("no key, or an unknown or revoked one"),
@@ -89,15 +91,22 @@ async def view(
         float,
         Query(
             ge=0,
-            le=86_400,
+            le=WAIT_BOUND,
             description="seconds to hold the request (at most TOOLSAFE_GATEWAY_MAX_WAIT)",
         ),
     ] = 0,
 ) -> Response:
+    return await answer_view(state, principal, operation_ref, wait)
+
+
+async def answer_view(
+    state: Gateway, principal: Principal, operation_ref: str, wait: float
+) -> Response:
+    """The view of ``operation_ref``, held up to ``wait`` seconds (``GET /v1/calls/...``)."""
     ref = principal.existing(operation_ref)
     if wait <= 0:
         return CallView.of(await state.aclient.view(ref)).response()
-    if await asyncio.to_thread(state.live_workers) == []:
+    if await state.alive_workers() == []:
         current = await state.aclient.view(ref)
         if not current.needs_agent:
             # Nobody would move it within the wait: say so now instead of holding it.
