@@ -35,7 +35,7 @@ from toolsafe.recovery.outcomes import (
 from toolsafe.recovery.policy import Policy
 from toolsafe.recovery.resolution import check_resolution
 from toolsafe.recovery.states import ALLOWED, LABELS, WAITING, StepState
-from toolsafe.recovery.windows import may_still_land, not_found_final_at
+from toolsafe.recovery.windows import follows_early_absence, may_still_land, not_found_final_at
 
 S = StepState
 
@@ -227,10 +227,15 @@ def _tool_error(
     # before the envelope's counts, whose `never`/0 means "not without verification".
     if envelope.commit_state == "unknown" or (next_action == "verify_operation" and not read_retry):
         return _verify_unknown(step, now, policy, rng, **loop)
+    # A step that ends here says whether it was written. After an early "not found" on a
+    # deduplicating downstream, this attempt's refusal does not prove that: the killed
+    # attempt's request may still land, so the escalation says "unknown" and an operator
+    # checks (``recovery/windows.py``).
+    ended = "unknown" if follows_early_absence(step, now) else envelope.commit_state
     if next_action == "escalate" and not read_retry:
-        return _escalate(step, envelope.code, envelope.commit_state, **loop)
+        return _escalate(step, envelope.code, ended, **loop)
     if repeats >= policy.loop_guard:
-        return _escalate(step, R.LOOP_GUARD, envelope.commit_state, **loop)
+        return _escalate(step, R.LOOP_GUARD, ended, **loop)
 
     remaining = envelope.retry.max_attempts_remaining
     if read_retry and envelope.retry.directive == "never":
@@ -239,7 +244,7 @@ def _tool_error(
     limit = min(step.max_attempts, step.attempts + remaining)
     counts = {"max_attempts": limit, **loop}
     if limit - step.attempts <= 0:
-        return _escalate(step, R.ATTEMPTS_EXHAUSTED, envelope.commit_state, **counts)
+        return _escalate(step, R.ATTEMPTS_EXHAUSTED, ended, **counts)
 
     # Waiting on a person: the envelope's count allowed the corrected or approved call
     # (none left escalated above); the person's decision then gives the tool's whole
@@ -266,7 +271,7 @@ def _tool_error(
     # wait_and_retry, or a read's dependency failure.
     not_before = envelope.retry.not_before
     if not_before is not None and not_before - now > policy.retry.longest_wait:
-        return _escalate(step, R.NOT_BEFORE_TOO_FAR, envelope.commit_state, **counts)
+        return _escalate(step, R.NOT_BEFORE_TOO_FAR, ended, **counts)
     due_at = now + retry_delay(policy, step.attempts, rng)
     if not_before is not None and not_before > due_at:
         due_at = not_before

@@ -47,3 +47,19 @@ def may_still_land(step: StepSnapshot, now: datetime) -> bool:
         and shown.get("code") == codes.OPERATION_NOT_FOUND
         and now < step.last_sent_at + traits.longest_call + traits.consistency_window
     )
+
+
+def follows_early_absence(step: StepSnapshot, now: datetime) -> bool:
+    """This attempt retries a deduplicating downstream's "not found" (the envelope the
+    step still shows), claimed less than the longest call plus the window ago: the
+    killed attempt's request may still land after this attempt's own answer, so a
+    refusal of this attempt does not prove the step unwritten. (Its claim is later than
+    the killed attempt's, so the bound errs on the long side.)"""
+    shown = step.envelope
+    return (
+        step.traits.deduplicates_by_key
+        and step.last_sent_at is not None
+        and shown is not None
+        and shown.get("code") == codes.OPERATION_NOT_FOUND
+        and now < step.last_sent_at + step.traits.longest_call + step.traits.consistency_window
+    )

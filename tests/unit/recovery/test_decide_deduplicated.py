@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.recovery.decide_factories import NOW, REF, run, step
+from tests.support.recovery.decide_factories import NOW, REF, run, step, wait_and_retry
 from toolsafe.adapters import codes
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound
 from toolsafe.recovery import reasons as R
@@ -177,3 +177,39 @@ def test_the_retry_can_be_cancelled_once_the_old_request_cannot_arrive() -> None
 def test_without_the_trait_a_step_waiting_to_retry_cancels_as_before() -> None:
     decision = run(found_absent(PLAIN), Cancelled("agent", "gave up"), now=SENT + WINDOW)
     assert decision.state is S.CANCELLED
+
+
+# ------------------------------------------------------------------ the retry refused, spent
+
+
+def retried(traits: ToolTraits) -> StepSnapshot:
+    """The last attempt, claimed right after the early "not found" (``found_absent``)."""
+    waiting = found_absent(traits)
+    claimed = SENT + WINDOW
+    return replace(waiting, state=S.IN_FLIGHT, attempts=waiting.max_attempts, last_sent_at=claimed)
+
+
+def rate_limited() -> Executed:
+    """Refused before the downstream's key check: this attempt wrote nothing."""
+    return Executed(wait_and_retry(not_before=SENT + WINDOW + timedelta(seconds=30)))
+
+
+def test_a_spent_retry_after_an_early_absence_escalates_unknown_not_unwritten() -> None:
+    # The killed attempt's request may still land (the retry's key never reached the
+    # downstream's check): the step cannot end "not written" yet; an operator checks.
+    decision = run(retried(DEDUPLICATED), rate_limited(), now=SENT + WINDOW + timedelta(seconds=1))
+    assert decision.state is S.ESCALATED and decision.reason == R.ATTEMPTS_EXHAUSTED
+    assert decision.commit_state == "unknown" and wire(decision)["commit_state"] == "unknown"
+
+
+def test_a_spent_retry_escalates_unwritten_once_the_old_request_cannot_arrive() -> None:
+    later = SENT + WINDOW + LONGEST + WINDOW
+    decision = run(retried(DEDUPLICATED), rate_limited(), now=later)
+    assert decision.state is S.ESCALATED and decision.commit_state == "not_committed"
+
+
+def test_without_the_trait_a_spent_retry_escalates_unwritten_as_before() -> None:
+    # Without the trait "not found" was final only after the longest call: nothing of the
+    # earlier attempt can still arrive.
+    decision = run(retried(PLAIN), rate_limited(), now=SENT + WINDOW + timedelta(seconds=1))
+    assert decision.state is S.ESCALATED and decision.commit_state == "not_committed"
