@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import httpx2
@@ -18,17 +17,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, update
 
 from tests.support.gateway.harness import bearer, make_key
-from toolsafe.adapters.registry import Registry
+from tests.support.gateway.in_process import in_process_gateway
 from toolsafe.gateway import auth, hot
-from toolsafe.gateway.app import create_gateway
 from toolsafe.gateway.auth import Principal, caller
-from toolsafe.recovery.db import migrate
 from toolsafe.recovery.schema import api_keys
-from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
-from toolsafe.tasks.client import Client
-from toolsafe.tasks.runtime import Runtime, utcnow
-from toolsafe.testing import SCRIPTED_TOOL, RecordingHints, ScriptedAdapter, envelopes
+from toolsafe.tasks.runtime import utcnow
+from toolsafe.testing import SCRIPTED_TOOL, envelopes
 
 INPUT: Final = {"recipient_email": "a@example.com", "amount": 120}
 FULL_WAY: Final = "&by=the-route"
@@ -47,17 +42,15 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    directory: Path = tmp_path_factory.mktemp("hot")
-    url = f"sqlite:///{directory / 'toolsafe.db'}"
-    migrate(url)
-    settings = Settings().replace(store={"url": url}, gateway={"max_wait": 0.3})
-    registry = Registry()
-    adapter = ScriptedAdapter()
-    registry.register(adapter)
-    hints = RecordingHints()
-    client = Client(runtime=Runtime(settings, registry=registry), hints=hints)
+    built = in_process_gateway(tmp_path_factory.mktemp("hot"), max_wait=0.3)
+    url, app, client, adapter, hints = (
+        built.url,
+        built.app,
+        built.client,
+        built.adapter,
+        built.hints,
+    )
     agent = bearer(make_key(url, "team", "agent"))
-    app = create_gateway(settings, client=client)
     with TestClient(app) as http:
         refs = []
         for name in ("done", "pending"):

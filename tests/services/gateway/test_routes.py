@@ -11,7 +11,6 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, TypeVar
 
 import pytest
@@ -19,14 +18,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.support.gateway.harness import bearer, make_key
-from toolsafe.adapters.registry import Registry
-from toolsafe.gateway.app import create_gateway
-from toolsafe.recovery.db import migrate
+from tests.support.gateway.in_process import in_process_gateway
 from toolsafe.recovery.states import StepState
-from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
 from toolsafe.tasks.client import Client
-from toolsafe.tasks.runtime import Runtime
 from toolsafe.testing import (
     SCRIPTED_TOOL,
     Hint,
@@ -98,18 +93,16 @@ def routes(app: FastAPI) -> set[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    directory: Path = tmp_path_factory.mktemp("routes")
-    url = f"sqlite:///{directory / 'toolsafe.db'}"
-    migrate(url)
-    settings = Settings().replace(store={"url": url}, gateway={"max_wait": 0.5})
-    registry = Registry()
-    adapter = ScriptedAdapter()
-    registry.register(adapter)
-    hints = RecordingHints()
-    client = Client(runtime=Runtime(settings, registry=registry), hints=hints)
+    built = in_process_gateway(tmp_path_factory.mktemp("routes"), max_wait=0.5)
+    url, app, client, adapter, hints = (
+        built.url,
+        built.app,
+        built.client,
+        built.adapter,
+        built.hints,
+    )
     agent_key = make_key(url, NAMESPACE, "agent")
     operator_key = make_key(url, "ops", "operator")
-    app = create_gateway(settings, client=client)
     with TestClient(app) as http:
         yield Gateway(
             app, http, client, adapter, hints, bearer(agent_key), bearer(operator_key),
