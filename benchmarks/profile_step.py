@@ -45,7 +45,13 @@ class NoHints:
     """A successful step publishes nothing; anything else would be a bug here."""
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool:
         raise BenchError(f"step {operation_ref} asked to run again")
 

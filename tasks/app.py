@@ -34,6 +34,7 @@ from toolsafe.celeryconfig import (
     ESCALATE_TASK,
     EXECUTE_QUEUE,
     EXECUTE_TASK,
+    RECOVERY_QUEUE,
     SWEEP_TASK,
     VERIFY_QUEUE,
     VERIFY_TASK,
@@ -105,8 +106,11 @@ class Publisher:
         due_at: datetime | None,
         now: datetime,
         tool: str | None,
+        queue: str | None = None,
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
+        # None: the task's own route (celeryconfig.ROUTES).
+        routed: dict[str, Any] = {} if queue is None else {"queue": queue}
         if eta is not None and self.clock is not None:
             eta = self.clock.local_eta(eta)
         if publish:
@@ -114,16 +118,32 @@ class Publisher:
             carried = tracing.headers()
             if carried:
                 self.app.send_task(
-                    task, args=(operation_ref,), eta=eta, headers=carried, **monitored(tool)
+                    task,
+                    args=(operation_ref,),
+                    eta=eta,
+                    headers=carried,
+                    **monitored(tool),
+                    **routed,
                 )
             else:
-                self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool))
+                self.app.send_task(
+                    task, args=(operation_ref,), eta=eta, **monitored(tool), **routed
+                )
         return publish
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool:
-        return self._send(EXECUTE_TASK, operation_ref, due_at, now, tool)
+        """The execute hint; ``recovery`` (a re-execution a lookup proved safe) goes out
+        in the recovery lane (``RECOVERY_QUEUE``) instead of behind new submissions."""
+        queue = RECOVERY_QUEUE if recovery else None
+        return self._send(EXECUTE_TASK, operation_ref, due_at, now, tool, queue)
 
     def verify(
         self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None

@@ -20,9 +20,9 @@ from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
-from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
+from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
+from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState, label_of
 from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks.clock import on_database_clock
@@ -41,10 +41,17 @@ class Hints(Protocol):
     """Where follow-up messages go (the Celery publisher, or anything that records).
 
     ``tool`` names the step's tool for monitoring only (Flower shows it with the task);
-    the task itself reads everything from the step."""
+    the task itself reads everything from the step. ``recovery`` marks the re-execution
+    a lookup proved safe (``RECOVERY_QUEUE``): it goes out in the recovery lane."""
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool: ...
 
     def verify(
@@ -122,6 +129,15 @@ def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
     return codes.build_error(SECRET_KEY_MISSING, operation_ref, {"tool": tool[:100]})
 
 
+_FOUND_ABSENT: Final = label_of(StepState.VERIFYING, StepState.WAITING_RETRY)
+
+
+def is_re_execution(decision: Decision) -> bool:
+    """The retry of a call a lookup proved not written ("not found" after the window):
+    a killed call's second chance, which the recovery lane carries."""
+    return decision.action == "run" and decision.label == _FOUND_ABSENT
+
+
 def carry_out(
     runtime: Runtime, hints: Hints, recorded: Recorded, now: datetime, *, inject: bool = True
 ) -> str:
@@ -137,7 +153,9 @@ def carry_out(
     if decision.action in ("run", "verify"):
         faults.hit("before_publish", ref)
         if decision.action == "run":
-            published = hints.execute(ref, due_at, now, tool=recorded.step.tool)
+            published = hints.execute(
+                ref, due_at, now, tool=recorded.step.tool, recovery=is_re_execution(decision)
+            )
         else:
             published = hints.verify(ref, due_at, now, tool=recorded.step.tool)
         faults.hit("after_publish", ref)

@@ -39,10 +39,16 @@ class WatchedHints:
         return False
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool:
         try:
-            return self._hints.execute(operation_ref, due_at, now, tool=tool)
+            return self._hints.execute(operation_ref, due_at, now, tool=tool, recovery=recovery)
         except (KombuOperationalError, OSError) as error:
             return self._refused(error)
 

@@ -70,6 +70,7 @@ class Hint:
     kind: Literal["execute", "verify", "escalation"]
     operation_ref: str
     due_at: datetime | None = None
+    recovery: bool = False  # an execute hint in the recovery lane (a proved-safe re-execution)
 
 
 @dataclass
@@ -81,17 +82,28 @@ class RecordingHints:
     sent: list[Hint] = field(default_factory=list)
 
     def _send(
-        self, kind: Literal["execute", "verify"], ref: str, due_at: datetime | None, now: datetime
+        self,
+        kind: Literal["execute", "verify"],
+        ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        recovery: bool = False,
     ) -> bool:
         if due_at is not None and (due_at - now).total_seconds() > self.max_eta:
             return False
-        self.sent.append(Hint(kind, ref, due_at))
+        self.sent.append(Hint(kind, ref, due_at, recovery))
         return True
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool:
-        return self._send("execute", operation_ref, due_at, now)
+        return self._send("execute", operation_ref, due_at, now, recovery)
 
     def verify(
         self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None

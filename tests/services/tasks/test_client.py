@@ -42,13 +42,31 @@ def cluster(
         yield running
 
 
-def _queued(redis_url: str, ref: str) -> int:
+def _tasks_queued(redis_url: str, ref: str, queue: str = "toolsafe.execute") -> list[str]:
+    """The tasks waiting in ``queue`` (a Redis list) for the step ``ref``."""
     client = redis.Redis.from_url(redis_url)
     try:
-        messages = client.lrange("toolsafe.execute", 0, -1)
+        messages = [json.loads(raw) for raw in client.lrange(queue, 0, -1)]
     finally:
         client.close()
-    return sum(1 for raw in messages if ref in json.loads(raw)["headers"]["argsrepr"])
+    return [m["headers"]["task"] for m in messages if ref in m["headers"]["argsrepr"]]
+
+
+def _queued(redis_url: str, ref: str) -> int:
+    return len(_tasks_queued(redis_url, ref))
+
+
+def test_a_re_execution_goes_out_in_the_recovery_lane(cluster: Cluster, redis_url: str) -> None:
+    """A retry a lookup proved safe waits in the verify queue, not behind the execute
+    queue's backlog of new submissions; an ordinary hint keeps the execute queue."""
+    plain, again = new_ref("client/lane-plain"), new_ref("client/lane-again")
+    hints = cluster.client.hints
+    assert hints.execute(plain, None, utcnow())
+    assert hints.execute(again, None, utcnow(), recovery=True)
+    assert _tasks_queued(redis_url, plain) == ["toolsafe.execute"]
+    assert _tasks_queued(redis_url, plain, "toolsafe.verify") == []
+    assert _tasks_queued(redis_url, again) == []
+    assert _tasks_queued(redis_url, again, "toolsafe.verify") == ["toolsafe.execute"]
 
 
 def test_submit_commits_then_publishes_once(cluster: Cluster, redis_url: str) -> None:

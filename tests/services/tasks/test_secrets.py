@@ -70,7 +70,13 @@ class Hints:
         self.sent: list[tuple[str, str]] = []
 
     def execute(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
+        self,
+        operation_ref: str,
+        due_at: datetime | None,
+        now: datetime,
+        *,
+        tool: str | None = None,
+        recovery: bool = False,
     ) -> bool:
         self.sent.append(("execute", operation_ref))
         return True
