@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import schedule
-from tests.support.machine import Machine, session_machine
+from tests.support.machine import Machine, cpu_times, session_machine
 from toolsafe.harness.broker import SESSION_LOCK_KEY
 
 PG_ADMIN_URL = os.environ.get(
@@ -81,6 +81,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     target = os.environ.get("TOOLSAFE_TEST_DURATIONS")
     if target and not hasattr(session.config, "workerinput") and _RECORDER.seconds:
         _RECORDER.write(Path(target))
+
+
+# The machine's CPU at the controller's start: the summary says how busy the cores were,
+# so a run's time can be read against the CPU work it needed (and what ran beside it).
+_CPU_AT_START = cpu_times()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    now = cpu_times()
+    if _CPU_AT_START is not None and now is not None:
+        terminalreporter.write_line(now.since(_CPU_AT_START))
 
 
 # Files whose tests share nothing costlier than the session's fixtures and are each long

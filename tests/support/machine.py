@@ -12,8 +12,10 @@ the cores are. The factor is their product, never below 1 and never above
 from __future__ import annotations
 
 import functools
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 WORK: Final = 1_000_000  # squares summed per run
@@ -66,3 +68,46 @@ def measure() -> Machine:
 def session_machine() -> Machine:
     """This process's measurement, taken once (the ``machine`` fixture's too)."""
     return measure()
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The machine's CPU time since boot (``/proc/stat``'s first line), all cores."""
+
+    busy: float  # seconds spent on anything but idle and iowait
+    total: float
+    cores: int
+
+    def since(self, earlier: CpuTimes) -> str:
+        """What the machine's cores did between ``earlier`` and now, in one line: the
+        suite's wall time can be no shorter than its CPU time over the cores."""
+        busy, total = self.busy - earlier.busy, self.total - earlier.total
+        share = busy / total if total > 0 else 0.0
+        return (
+            f"machine CPU over the run: {busy:.0f} s busy of {total:.0f} s on {self.cores} "
+            f"cores ({share:.0%}); that much work needs at least {busy / self.cores:.0f} s "
+            "of wall time on these cores"
+        )
+
+
+def parse_proc_stat(text: str, ticks_per_second: float) -> CpuTimes:
+    """``/proc/stat``'s text as ``CpuTimes`` (``cpu`` line: user nice system idle iowait
+    irq softirq steal ...; one ``cpuN`` line per core)."""
+    lines = text.splitlines()
+    first = lines[0].split()
+    if not first or first[0] != "cpu":
+        raise ValueError(f"not /proc/stat: the first line is {lines[0][:40]!r}")
+    ticks = [int(value) for value in first[1:9]]
+    idle = ticks[3] + ticks[4]
+    cores = sum(1 for line in lines[1:] if line.startswith("cpu") and line[3:4].isdigit())
+    total = sum(ticks) / ticks_per_second
+    return CpuTimes(busy=total - idle / ticks_per_second, total=total, cores=max(cores, 1))
+
+
+def cpu_times() -> CpuTimes | None:
+    """The machine's CPU times now; None where there is no ``/proc/stat``."""
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        return None
+    return parse_proc_stat(text, float(os.sysconf("SC_CLK_TCK")))

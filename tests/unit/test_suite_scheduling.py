@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PER_TEST, SERIAL, xdist_scope
-from tests.support.machine import MAX_FACTOR, REFERENCE_CPU, RUNS, Machine
+from tests.support.machine import MAX_FACTOR, REFERENCE_CPU, RUNS, Machine, parse_proc_stat
 from tests.support.schedule import Recorder, longest_first, read_durations, unit_costs
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -119,3 +119,30 @@ def test_the_committed_table_names_units_of_the_suite() -> None:
     for scope in measured:
         path = scope.split("::", 1)[0]
         assert scope == "serial" or (TESTS.parent / path).is_file(), scope
+
+
+PROC_STAT_BEFORE = """cpu  1000 0 500 8000 500 0 0 0 0 0
+cpu0 500 0 250 4000 250 0 0 0 0 0
+cpu1 500 0 250 4000 250 0 0 0 0 0
+intr 1 2 3
+"""
+PROC_STAT_AFTER = """cpu  61000 0 20500 8000 10500 0 0 0 0 0
+cpu0 30500 0 10250 4000 5250 0 0 0 0 0
+cpu1 30500 0 10250 4000 5250 0 0 0 0 0
+"""
+
+
+def test_the_summary_says_how_busy_the_cores_were_and_the_least_wall_time() -> None:
+    before = parse_proc_stat(PROC_STAT_BEFORE, 100.0)
+    after = parse_proc_stat(PROC_STAT_AFTER, 100.0)
+    assert (before.busy, before.total, before.cores) == (15.0, 100.0, 2)
+    # 800 s busy of 900 s: iowait counts as idle; 800 s on 2 cores is at least 400 s.
+    assert after.since(before) == (
+        "machine CPU over the run: 800 s busy of 900 s on 2 cores (89%); that much work "
+        "needs at least 400 s of wall time on these cores"
+    )
+
+
+def test_a_file_that_is_not_proc_stat_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="not /proc/stat"):
+        parse_proc_stat("intr 1 2 3\n", 100.0)
