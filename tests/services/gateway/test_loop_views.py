@@ -83,11 +83,17 @@ def loop_connections(url: str) -> list[int]:
 
 
 def kill_loop_connections(url: str) -> int:
+    """Terminate the loop reads' server processes on ``url``'s database; returns once
+    they are gone (their connections closed by the server)."""
     pids = loop_connections(url)
     admin = make_url(url).set(drivername="postgresql", database="postgres")
     with psycopg.connect(admin.render_as_string(False), autocommit=True) as conn:
         for pid in pids:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + 10
+    while set(pids) & set(loop_connections(url)):
+        assert time.monotonic() < deadline, "the terminated backends did not exit"
+        time.sleep(0.02)
     return len(pids)
 
 
@@ -240,7 +246,6 @@ def test_a_connection_lost_under_a_read_is_read_again_on_a_new_one(
     # Not seen dead while idle: the read itself meets the lost connection.
     monkeypatch.setattr(loop_reads_module, "_has_input", lambda conn: False)
     assert kill_loop_connections(served.built.url) >= 1
-    time.sleep(0.2)  # the terminated backend's goodbye has arrived
     with caplog.at_level(logging.WARNING, logger="toolsafe.store"):
         assert served.same(path).content == first.content
     assert served.reads.opened == opened + 1
