@@ -1,9 +1,9 @@
 """What every route of one gateway shares: the clients, the settings, the keys, and
 the count of requests holding a wait.
 
-``views`` is the client the view route reads with: while the app runs on a PostgreSQL
-store, one whose reads are awaited on the event loop (``recovery/store/sql/loop_reads``,
-its connections closed when the app stops); otherwise ``aclient``, which reads in a
+``views`` is the client the view route reads with: while the app runs on a store with
+the ``loop_reads`` feature (PostgreSQL), one whose reads are awaited on the event loop,
+their connections closed when the app stops; otherwise ``aclient``, which reads in a
 worker thread (SQLite, the memory store, any other backend)."""
 
 from __future__ import annotations
