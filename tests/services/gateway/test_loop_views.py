@@ -188,6 +188,26 @@ def test_every_state_reads_the_same_bytes_either_way(served: Twins) -> None:
     assert {"succeeded", "needs_input", "awaiting_approval", "escalated", "pending"} <= states
 
 
+def test_a_held_wait_looks_on_the_loop_with_the_same_answer(served: Twins) -> None:
+    """With a live worker's heartbeat a ``?wait=`` is held (``settle``): its looks read
+    on the loop; the answer at the wait's end, or at once for a settled step, is the
+    thread's."""
+    runtime = served.built.client.runtime
+    workers = runtime.backend.workers
+    workers.beat("loop-views-worker", 1, ["toolsafe"], now=runtime.now())
+    try:
+        for state in (served.loop, served.thread):
+            state.app.state.gateway._live = None  # type: ignore[attr-defined]
+        for name, ref in served.refs.items():
+            held = served.same(f"/v1/calls/{ref}?wait=0.05")
+            assert held.status_code == 200, held.text
+            assert held.json()["hint"] is None, name  # held, not answered as no_worker
+    finally:
+        workers.forget("loop-views-worker")
+        for state in (served.loop, served.thread):
+            state.app.state.gateway._live = None  # type: ignore[attr-defined]
+
+
 def test_the_records_are_the_store_s(served: Twins) -> None:
     store = served.built.client.runtime.store
     engine = store.engine  # type: ignore[attr-defined]
