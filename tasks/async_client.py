@@ -3,9 +3,13 @@
 A thin shell: each operation is the synchronous ``Client``'s, run in a worker thread
 (:func:`threaded` makes the awaitable method from the sync one, signature and all);
 only ``settle`` and ``wait`` are its own, awaiting the process's change feed without
-holding a thread. Cancel-safe: cancelling an awaiting call never leaves a subscription
-behind, and a cancelled ``submit`` either committed (then the same operation_ref returns
-that step) or did not; nothing half-done remains.
+holding a thread. Given ``reads`` (a step and its events awaitable on the event loop:
+``recovery/store/sql/loop_reads.py`` on PostgreSQL), ``view`` and ``settle``'s looks
+read there instead, without a thread hand-off; the same records, the same view.
+
+Cancel-safe: cancelling an awaiting call never leaves a subscription behind, and a
+cancelled ``submit`` either committed (then the same operation_ref returns that step) or
+did not; nothing half-done remains.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from toolsafe.adapters.catalogue import Catalogue
 from toolsafe.recovery.states import NEEDS_AGENT
+from toolsafe.recovery.store.loop_reads import LoopReadsPort
 from toolsafe.tasks.client import CallSpec, Client, Submission, WaitTimeout
 from toolsafe.tasks.views import StepView, build_view
 
@@ -40,8 +45,9 @@ def threaded(
 class AsyncClient:
     """The operations of :class:`toolsafe.tasks.client.Client`, awaitable."""
 
-    def __init__(self, client: Client | None = None) -> None:
+    def __init__(self, client: Client | None = None, *, reads: LoopReadsPort | None = None) -> None:
         self.client = client if client is not None else Client()
+        self.reads = reads
 
     def catalogue(self) -> Catalogue:
         """The registered tools (the registry is in process: nothing to await)."""
@@ -50,7 +56,6 @@ class AsyncClient:
     close = threaded(Client.close)
     submit = threaded(Client.submit)
     submit_call = threaded(Client.submit_call)
-    view = threaded(Client.view)
     provide_input = threaded(Client.provide_input)
     cancel = threaded(Client.cancel)
     approve = threaded(Client.approve)
@@ -58,6 +63,13 @@ class AsyncClient:
     resolve = threaded(Client.resolve)
     request_cancel = threaded(Client.request_cancel)
     redrive = threaded(Client.redrive)
+
+    async def view(self, operation_ref: str) -> StepView:
+        """:meth:`Client.view`."""
+        if self.reads is None:
+            return await asyncio.to_thread(self.client.view, operation_ref)
+        step = await self.reads.get(operation_ref)
+        return build_view(step, await self.reads.events(operation_ref))
 
     async def submit_many(
         self, calls: Iterable[CallSpec], *, actor: str | None = None
@@ -72,11 +84,20 @@ class AsyncClient:
         feed = self.client.runtime.feed
         with feed.subscribe(operation_ref) as changes:
             while True:
-                # One thread hand-off per look: the step, and its view once it settled.
-                view = await asyncio.to_thread(self._settled, operation_ref, deadline)
+                view = await self._look(operation_ref, deadline)
                 if view is not None:
                     return view
                 await changes.wait_async(deadline - time.monotonic())
+
+    async def _look(self, operation_ref: str, deadline: float) -> StepView | None:
+        """:meth:`_settled` on the event loop when the reads can be awaited there, else
+        in one thread hand-off (the step, and its view once it settled)."""
+        if self.reads is None:
+            return await asyncio.to_thread(self._settled, operation_ref, deadline)
+        step = await self.reads.get(operation_ref)
+        if step.state in NEEDS_AGENT or deadline - time.monotonic() <= 0:
+            return build_view(step, await self.reads.events(operation_ref))
+        return None
 
     def _settled(self, operation_ref: str, deadline: float) -> StepView | None:
         """The step's view if it needs the agent or ``deadline`` passed, else None."""

@@ -10,7 +10,7 @@ program with :func:`register_store`. An opener takes the URL and :class:`StoreOp
 and returns a :class:`Backend`.
 
 A feature the backend lacks (``keys``, ``overview``, ``tally``, ``retention``,
-``workers``, ``clock``) raises
+``workers``, ``clock``, ``loop_reads``) raises
 :class:`~toolsafe.recovery.store.errors.FeatureMissing`, naming the backend and the
 feature, when it is asked for.
 """
@@ -28,6 +28,7 @@ from toolsafe.recovery.store.clock import ClockPort
 from toolsafe.recovery.store.errors import FEATURES, FeatureMissing, UnknownStore
 from toolsafe.recovery.store.feed import Feed
 from toolsafe.recovery.store.keys import KeysPort
+from toolsafe.recovery.store.loop_reads import LoopReadsPort
 from toolsafe.recovery.store.overview import OverviewPort
 from toolsafe.recovery.store.port import StorePort
 from toolsafe.recovery.store.retention import RetentionPort
@@ -77,6 +78,7 @@ class Backend:
         retention: RetentionPort | None = None,
         workers: WorkersPort | None = None,
         clock: ClockPort | None = None,
+        loop_reads: Callable[[], LoopReadsPort] | None = None,
         close: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
@@ -87,6 +89,7 @@ class Backend:
         self._retention = retention
         self._workers = workers
         self._clock = clock
+        self._loop_reads = loop_reads
         self._close = close
 
     @property
@@ -129,6 +132,12 @@ class Backend:
         from it)."""
         return self._feature("clock", self._clock)
 
+    @property
+    def loop_reads(self) -> Callable[[], LoopReadsPort]:
+        """Opens a step's reads for the running event loop (``loop_reads.py``); the
+        caller closes them (``aclose``) on that loop."""
+        return self._feature("loop_reads", self._loop_reads)
+
     def has(self, feature: str) -> bool:
         """Whether the backend has ``feature`` (one of ``errors.FEATURES``)."""
         if feature not in FEATURES:
@@ -140,6 +149,7 @@ class Backend:
             "retention": self._retention,
             "workers": self._workers,
             "clock": self._clock,
+            "loop_reads": self._loop_reads,
         }
         return found[feature] is not None
 

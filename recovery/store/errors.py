@@ -84,6 +84,7 @@ FEATURES: dict[str, str] = {
     "retention": "purge and re-sealing of stored inputs",
     "workers": "the workers' heartbeats (the gateway's no_worker answer, toolsafe workers)",
     "clock": "the database's time, which leases and due times are judged by",
+    "loop_reads": "a step's view read on an event loop, without a thread (the gateway)",
 }
 """A backend's optional features, each with what needs it."""
 _NEEDED: dict[str, str] = {**FEATURES, "migrations": "a database schema for toolsafe migrate"}

@@ -35,7 +35,7 @@ from toolsafe.settings import Settings, SettingsError
 from toolsafe.tasks.client import Client
 from toolsafe.tasks.runtime import Runtime
 
-FEATURES = ("keys", "overview", "tally", "retention")
+FEATURES = ("keys", "overview", "tally", "retention", "loop_reads")
 
 
 @pytest.fixture(autouse=True)

@@ -153,7 +153,10 @@ def create_gateway(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with mcp.running() if mcp is not None else contextlib.nullcontext():
+        async with (
+            mcp.running() if mcp is not None else contextlib.nullcontext(),
+            state.reading_on_the_loop(),
+        ):
             yield
 
     app = FastAPI(

@@ -1,5 +1,10 @@
 """What every route of one gateway shares: the clients, the settings, the keys, and
-the count of requests holding a wait."""
+the count of requests holding a wait.
+
+``views`` is the client the view route reads with: while the app runs on a store with
+the ``loop_reads`` feature (PostgreSQL), one whose reads are awaited on the event loop,
+their connections closed when the app stops; otherwise ``aclient``, which reads in a
+worker thread (SQLite, the memory store, any other backend)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from fastapi import Request
 
 from toolsafe.gateway.auth import Authenticator
 from toolsafe.gateway.problems import ApiProblem
+from toolsafe.recovery.store import FeatureMissing
 from toolsafe.recovery.store.workers import WorkerBeat, WorkersPort
 from toolsafe.settings import Settings
 from toolsafe.tasks.async_client import AsyncClient
@@ -30,14 +36,35 @@ class Gateway:
     authenticator: Authenticator
     waits: int = 0
     aclient: AsyncClient = field(init=False)
+    views: AsyncClient = field(init=False)
     workers: WorkersPort | None = field(init=False)
     _live: tuple[float, list[WorkerBeat]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.aclient = AsyncClient(self.client)
+        self.views = self.aclient
         backend = self.client.runtime.backend
         # A store without the workers feature cannot tell whether a worker consumes (None).
         self.workers = backend.workers if backend.has("workers") else None
+
+    @contextlib.asynccontextmanager
+    async def reading_on_the_loop(self) -> AsyncIterator[None]:
+        """While the app runs (its lifespan): the views read on this event loop when
+        the store allows it (``views``), their connections closed at the end."""
+        backend = self.client.runtime.backend
+        try:
+            reads = backend.loop_reads() if backend.has("loop_reads") else None
+        except FeatureMissing:  # this SQLAlchemy cannot compile the statements once
+            reads = None
+        if reads is None:
+            yield
+            return
+        self.views = AsyncClient(self.client, reads=reads)
+        try:
+            yield
+        finally:
+            self.views = self.aclient
+            await reads.aclose()
 
     def live_workers(self) -> list[WorkerBeat] | None:
         """The workers whose heartbeat is younger than a lease; ``None`` when the store

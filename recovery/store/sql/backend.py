@@ -1,14 +1,17 @@
 """The SQL backend as :func:`~toolsafe.recovery.store.backend.open_store` opens it for
 ``postgresql://`` (and its driver forms) and ``sqlite://`` URLs: the step store on a new
-engine, with every optional feature (keys, overview, tally, retention, workers,
-clock)."""
+engine, with every optional feature (keys, overview, tally, retention, workers, clock;
+``loop_reads`` on PostgreSQL only: SQLite's driver has no asynchronous connection)."""
 
 from __future__ import annotations
+
+import functools
 
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.backend import Backend, StoreOptions
 from toolsafe.recovery.store.sql.clock import SqlClock
 from toolsafe.recovery.store.sql.keys import KeyStore
+from toolsafe.recovery.store.sql.loop_reads import LoopReads
 from toolsafe.recovery.store.sql.overview import Overview
 from toolsafe.recovery.store.sql.retention import SqlRetention
 from toolsafe.recovery.store.sql.steps import StepStore
@@ -30,6 +33,9 @@ def sql_backend(store: StepStore, *, dispose: bool = True) -> Backend:
         retention=SqlRetention(store),
         workers=WorkerRegistry(engine),
         clock=SqlClock(engine),
+        loop_reads=(
+            functools.partial(LoopReads, engine) if engine.dialect.name == "postgresql" else None
+        ),
         close=engine.dispose if dispose else None,
     )
 

@@ -82,8 +82,11 @@ class Compiled:
             conn._handle_dbapi_exception(error, self.sql, values, cursor, None)
         finally:
             cursor.close()
-        if found is None:
-            return None
+        return None if found is None else self.row(found)
+
+    def row(self, found: Any) -> Row[Any]:
+        """A row as the driver returned it (a tuple), with the statement's result
+        processors applied, as SQLAlchemy would give it."""
         if self._convert:
             found = list(found)
             for index, process in self._convert:

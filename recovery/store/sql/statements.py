@@ -3,7 +3,7 @@ guarded compare-and-set, with its event in the same statement on PostgreSQL (R10
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -21,21 +21,32 @@ from sqlalchemy import (
     update,
 )
 
-from toolsafe.recovery.records import StepRecord
+from toolsafe.recovery.records import EventRecord, StepRecord, event_record
 from toolsafe.recovery.rows import json_ready
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
-from toolsafe.recovery.store.shared import Change
+from toolsafe.recovery.store.shared import Change, with_envelopes
 from toolsafe.recovery.store.sql import outbox
 from toolsafe.recovery.store.sql.compiled import compiled_for
 
-__all__ = ["Change", "append_event", "cas_update", "event_parameters", "fetch", "with_event"]
+__all__ = [
+    "BY_REF",
+    "EVENTS",
+    "EVENTS_WITH_ENVELOPE",
+    "Change",
+    "append_event",
+    "cas_update",
+    "event_parameters",
+    "fetch",
+    "filled_events",
+    "with_event",
+]
 
 
 # The hot statements are built once with bind parameters: building and cache-keying a
 # Core statement per call costs more than the database round trip it describes.
-_BY_REF = select(steps).where(steps.c.operation_ref == bindparam("ref"))
-_BY_REF_LOCKED = _BY_REF.with_for_update()
+BY_REF = select(steps).where(steps.c.operation_ref == bindparam("ref"))
+BY_REF_LOCKED = BY_REF.with_for_update()
 _BY_ID = select(steps).where(steps.c.id == bindparam("id"))
 _EVENT = insert(step_events)
 _CAS: dict[tuple[tuple[str, ...], bool, bool, bool], Update | Select[Any]] = {}
@@ -48,7 +59,7 @@ _EVENT_COLUMNS = ("step_id", "operation_ref", "at", "kind", "from_state", "to_st
 
 
 def fetch(conn: Connection, operation_ref: str, *, lock: bool = False) -> Row[Any] | None:
-    query = _BY_REF_LOCKED if lock and conn.dialect.name == "postgresql" else _BY_REF
+    query = BY_REF_LOCKED if lock and conn.dialect.name == "postgresql" else BY_REF
     return conn.execute(query, {"ref": operation_ref}).first()
 
 
@@ -248,6 +259,15 @@ EVENTS_WITH_ENVELOPE: Final = (
     .where(step_events.c.operation_ref == bindparam("ref"))
     .order_by(step_events.c.id)
 )
+
+
+def filled_events(rows: Sequence[Row[Any]]) -> list[EventRecord]:
+    """The rows of ``EVENTS_WITH_ENVELOPE`` as events, every envelope an event names
+    filled in from its step's (``shared.with_envelopes``)."""
+    latest = rows[0].step_envelope if rows else None
+    return with_envelopes([event_record(row) for row in rows], latest)
+
+
 MARK_PUBLISHED: Final = (
     update(steps)
     .where(steps.c.operation_ref == bindparam("ref"))

@@ -42,7 +42,7 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
-from toolsafe.recovery.store.shared import Jitter, needs_step, with_envelopes
+from toolsafe.recovery.store.shared import Jitter, needs_step
 from toolsafe.recovery.store.sql import leases as leases
 from toolsafe.recovery.store.sql import ops as ops
 from toolsafe.recovery.store.sql import outbox as outbox
@@ -235,9 +235,9 @@ class StepStore(StepActions):
             found = [event_record(row) for row in conn.execute(sql.EVENTS, {"ref": operation_ref})]
             if not any(needs_step(event) for event in found):
                 return found  # the common read: no envelope to fill in, no step to read
-            rows = conn.execute(sql.EVENTS_WITH_ENVELOPE, {"ref": operation_ref}).all()
-            latest = rows[0].step_envelope if rows else None
-            return with_envelopes([event_record(row) for row in rows], latest)
+            return sql.filled_events(
+                conn.execute(sql.EVENTS_WITH_ENVELOPE, {"ref": operation_ref}).all()
+            )
 
         return self._read(work)
 

@@ -166,14 +166,14 @@ def test_a_compiled_statement_returns_what_sqlalchemy_returns(pg_store: StepStor
 
     create_step(pg_store, "t", {"a": [1, {"b": None}]}, operation_ref="r1", policy=POLICY, now=T0)
     with pg_store.engine.begin() as conn:
-        expected = conn.execute(sql._BY_REF, {"ref": "r1"}).first()
-        found = compiled_for(sql._BY_REF, conn.dialect).first(conn, {"ref": "r1"})
+        expected = conn.execute(sql.BY_REF, {"ref": "r1"}).first()
+        found = compiled_for(sql.BY_REF, conn.dialect).first(conn, {"ref": "r1"})
         assert expected is not None and found is not None
         assert tuple(found) == tuple(expected) and found._fields == expected._fields
         assert found.created_at.tzinfo is not None and found.created_at.utcoffset() == timedelta(0)
-        assert compiled_for(sql._BY_REF, conn.dialect).first(conn, {"ref": "none"}) is None
+        assert compiled_for(sql.BY_REF, conn.dialect).first(conn, {"ref": "none"}) is None
         with pytest.raises(StatementError, match="ref"):
-            compiled_for(sql._BY_REF, conn.dialect).first(conn, {})
+            compiled_for(sql.BY_REF, conn.dialect).first(conn, {})
 
 
 @pytest.mark.postgres
@@ -189,9 +189,9 @@ def test_without_the_internals_it_needs_a_statement_runs_through_sqlalchemy(
     monkeypatch.setattr(compiled, "_INTERNALS", ((Connection, "_moved_in_a_new_release"),))
     create_step(pg_store, "t", {"a": 1}, operation_ref="r1", policy=POLICY, now=T0)
     with pg_store.engine.begin() as conn:
-        runner = compiled.compiled_for(sql._BY_REF, conn.dialect)
+        runner = compiled.compiled_for(sql.BY_REF, conn.dialect)
         assert isinstance(runner, compiled.ThroughSQLAlchemy)
-        expected = conn.execute(sql._BY_REF, {"ref": "r1"}).first()
+        expected = conn.execute(sql.BY_REF, {"ref": "r1"}).first()
         assert runner.first(conn, {"ref": "r1"}) == expected is not None
     # The hot path on the fallback: a claim and its record, as ever.
     assert pg_store.claim_execution("r1", "worker-1", timedelta(seconds=30), T0) is not None

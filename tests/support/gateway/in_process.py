@@ -1,6 +1,6 @@
-"""The gateway in this process over a SQLite store and the scripted adapter, for the
-route tests that drive it through ``TestClient`` (no worker: a test runs a step with
-``toolsafe.tasks.pipeline`` itself)."""
+"""The gateway in this process over a SQLite store (or a PostgreSQL one given by URL)
+and the scripted adapter, for the route tests that drive it through ``TestClient`` (no
+worker: a test runs a step with ``toolsafe.tasks.pipeline`` itself)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,13 @@ class InProcess:
     hints: RecordingHints
 
 
-def in_process_gateway(directory: Path, max_wait: float) -> InProcess:
-    """A migrated SQLite store in ``directory`` and a gateway app on it whose waits end
-    after ``max_wait`` seconds; close ``client`` when done."""
-    url = f"sqlite:///{directory / 'toolsafe.db'}"
+def in_process_gateway(
+    directory: Path, max_wait: float, *, url: str | None = None, auth: bool = True
+) -> InProcess:
+    """A migrated SQLite store in ``directory`` (or the store at ``url``, migrated) and a
+    gateway app on it whose waits end after ``max_wait`` seconds (``auth=False``: the
+    development mode); close ``client`` when done."""
+    url = url if url is not None else f"sqlite:///{directory / 'toolsafe.db'}"
     migrate(url)
     settings = Settings().replace(store={"url": url}, gateway={"max_wait": max_wait})
     registry = Registry()
@@ -38,4 +41,10 @@ def in_process_gateway(directory: Path, max_wait: float) -> InProcess:
     registry.register(adapter)
     hints = RecordingHints()
     client = Client(runtime=Runtime(settings, registry=registry), hints=hints)
-    return InProcess(url, create_gateway(settings, client=client), client, adapter, hints)
+    app = create_gateway(settings, client=client, auth=auth)
+    return InProcess(url, app, client, adapter, hints)
+
+
+def twin_gateway(built: InProcess, *, auth: bool = True) -> FastAPI:
+    """A second gateway app on ``built``'s client (the same store and adapter)."""
+    return create_gateway(built.client.runtime.settings, client=built.client, auth=auth)

@@ -105,11 +105,11 @@ async def answer_view(
     """The view of ``operation_ref``, held up to ``wait`` seconds (``GET /v1/calls/...``)."""
     ref = principal.existing(operation_ref)
     if wait <= 0:
-        return CallView.of(await state.aclient.view(ref)).response()
+        return CallView.of(await state.views.view(ref)).response()
     if await state.alive_workers() == []:
-        current = await state.aclient.view(ref)
+        current = await state.views.view(ref)
         if not current.needs_agent:
             # Nobody would move it within the wait: say so now instead of holding it.
             return CallView.of(current).model_copy(update={"hint": "no_worker"}).response()
     async with state.waiting():
-        return CallView.of(await state.aclient.settle(ref, state.wait_for(wait))).response()
+        return CallView.of(await state.views.settle(ref, state.wait_for(wait))).response()
