@@ -2,13 +2,14 @@
 not through the API), on PostgreSQL and SQLite: every step reads back as it was (state,
 lease, due time, attempts, version, envelope), every event reads back as it was, the
 events whose envelope their step holds no longer copy it, and the downgrade writes the
-copies back."""
+copies back. The tables are compared in the database (a copy taken before the upgrade,
+``EXCEPT`` both ways), and only the changed events come back to Python."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -143,68 +144,112 @@ def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine
 
 _TIMES = {"t0": T0, "t1": T1, "t2": T2}
 _JSON = ("input", "last_envelope", "flagged_fields", "detail")
+# The events' columns but their detail: the migration may change only the detail.
+_EVENT_KEYS = ("id", "step_id", "operation_ref", "at", "kind", "from_state", "to_state", "label")
 
 
-_COLUMNS = {
-    # JSON as text: compared as stored, without decoding 10^5 documents per read.
-    "steps": ", ".join(
-        f"CAST({column.name} AS TEXT)" if column.name in _JSON else column.name
-        for column in steps.columns
-    ),
-    "step_events": ", ".join(
-        f"CAST({column.name} AS TEXT)" if column.name in _JSON else column.name
-        for column in step_events.columns
-    ),
-}
+def _columns(table: str, names: Iterable[str] | None = None) -> str:
+    """The columns of ``table`` (all, or ``names``), JSON as text: compared as stored."""
+    chosen = [column.name for column in _TABLES[table].columns]
+    if names is not None:
+        chosen = [name for name in chosen if name in names]
+    return ", ".join(f"CAST({name} AS TEXT)" if name in _JSON else name for name in chosen)
 
 
-def _raw(conn: Connection, table: str) -> list[tuple[Any, ...]]:
-    """The table's rows as the driver gives them (JSON as text): compared as stored."""
-    query = f"SELECT {_COLUMNS[table]} FROM {table} ORDER BY id"  # noqa: S608 - own names
-    return [tuple(row) for row in conn.exec_driver_sql(query)]
+_TABLES = {"steps": steps, "step_events": step_events}
+
+
+def _snapshot(conn: Connection, table: str) -> None:
+    """A copy of ``table`` as it is now (``<table>_before``), compared in the database
+    instead of reading 10^5 rows into Python."""
+    conn.exec_driver_sql(f"CREATE TABLE {table}_before AS SELECT * FROM {table}")  # noqa: S608
+
+
+def _unequal(
+    conn: Connection, table: str, names: Iterable[str] | None = None, where: str = ""
+) -> int:
+    """Rows of ``table`` and of its snapshot that the other lacks (``names``' columns,
+    JSON as text; ``where`` narrows both sides), plus any difference in their counts:
+    0 when the two hold the same rows."""
+    columns = _columns(table, names)
+    now = f"SELECT {columns} FROM {table} {where}"  # noqa: S608 - own names
+    then = f"SELECT {columns} FROM {table}_before {where}"  # noqa: S608 - own names
+    count = "SELECT count(*) FROM ({}) AS d"
+    differing = sum(
+        conn.exec_driver_sql(count.format(f"{a} EXCEPT {b}")).scalar_one()
+        for a, b in ((now, then), (then, now))
+    )
+    sizes = [conn.exec_driver_sql(count.format(q)).scalar_one() for q in (now, then)]
+    return int(differing + abs(sizes[0] - sizes[1]))
+
+
+def _changed_details(conn: Connection, where: str = "") -> list[tuple[Any, ...]]:
+    """The events whose detail changed since the snapshot (as JSON documents, not only as
+    text): (event id, the detail before, the detail now, the step's state and envelope)."""
+    query = f"""
+SELECT b.id, CAST(b.detail AS TEXT), CAST(e.detail AS TEXT), s.state,
+       CAST(s.last_envelope AS TEXT)
+FROM step_events_before b JOIN step_events e ON e.id = b.id
+LEFT JOIN steps s ON s.id = b.step_id
+WHERE CAST(b.detail AS TEXT) <> CAST(e.detail AS TEXT) {where}
+ORDER BY b.id"""  # noqa: S608 - own names
+    return [
+        (row[0], json.loads(row[1]), json.loads(row[2]), row[3], _document(row[4]))
+        for row in conn.exec_driver_sql(query)
+        if json.loads(row[1]) != json.loads(row[2])
+    ]
 
 
 def _document(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _changed(before: list[tuple[Any, ...]], after: list[tuple[Any, ...]]) -> list[Any]:
-    """The rows whose detail (the last column) changed, as (row before, detail after);
-    every other column is the same in every row."""
-    assert [row[:-1] for row in after] == [row[:-1] for row in before]
-    return [
-        (old, _document(new[-1]))
-        for old, new in zip(before, after, strict=True)
-        if old[-1] != new[-1] and _document(old[-1]) != _document(new[-1])
-    ]
+def _count(conn: Connection, where: str, **values: Any) -> int:
+    query = text(f"SELECT count(*) FROM steps WHERE {where}")  # noqa: S608 - own names
+    binds = [bindparam(key, value, type_=UTCDateTime()) for key, value in values.items()]
+    return int(conn.execute(query.bindparams(*binds)).scalar_one())
 
 
 @pytest.mark.timeout(300)
 def test_every_step_and_event_reads_back_after_the_migration(old_store: Engine) -> None:
     url = old_store.url.render_as_string(hide_password=False)
-    with old_store.connect() as conn:
-        steps_before, events_before = _raw(conn, "steps"), _raw(conn, "step_events")
-    assert len(steps_before) == STEPS and len(events_before) > 2 * STEPS
+    with old_store.begin() as conn:
+        _snapshot(conn, "steps")
+        _snapshot(conn, "step_events")
+        assert _count(conn, "1 = 1") == STEPS
+        events = conn.exec_driver_sql("SELECT count(*) FROM step_events").scalar_one()
+        assert events > 2 * STEPS
+        sample = "WHERE operation_ref LIKE 'bulk-1__' ORDER BY id"
+        recorded: dict[str, list[Any]] = defaultdict(list)
+        for ref, detail in conn.exec_driver_sql(
+            f"SELECT operation_ref, CAST(detail AS TEXT) FROM step_events_before {sample}"  # noqa: S608
+        ):
+            recorded[ref].append(json.loads(detail))
 
     command.upgrade(alembic_config(url), "head")
 
     with old_store.connect() as conn:
         # Every step as it was, byte for byte: state, lease, due time, attempts,
-        # version, envelope and the rest.
-        assert _raw(conn, "steps") == steps_before
-        found = {row.id: step_record(row) for row in conn.execute(select(steps))}
-        events_after = _raw(conn, "step_events")
-    assert {step.state.value for step in found.values()} == set(STATES)
-    assert sum(step.lease_owner is not None for step in found.values()) > STEPS // 20
-    assert sum(step.due_at == T2 for step in found.values()) > STEPS // 10
-    # Only the events whose envelope their step holds changed: they name it now, and
-    # read back (the step's envelope in the name's place) as they were.
-    changed = _changed(events_before, events_after)
-    assert len(changed) == sum(step.state.value in HELD for step in found.values()) > 0
-    for old, detail in changed:
-        step = found[old[1]]
+        # version, envelope and the rest; a sample of every state reads back as a record.
+        assert _unequal(conn, "steps") == 0
+        states = {row[0] for row in conn.exec_driver_sql("SELECT DISTINCT state FROM steps")}
+        assert states == set(STATES)
+        sampled = select(steps).where(steps.c.id % 97 == 0)  # 97: every state's numbers
+        found = [step_record(row) for row in conn.execute(sampled)]
+        assert {step.state.value for step in found} == set(STATES)
+        assert _count(conn, "lease_owner IS NOT NULL") > STEPS // 20
+        assert _count(conn, "due_at = :t2", t2=T2) > STEPS // 10
+        held = _count(conn, f"state IN {HELD}")
+        # Only the events whose envelope their step holds changed, and only in their
+        # detail: they name it now, and read back (the step's envelope in the name's
+        # place) as they were.
+        assert _unequal(conn, "step_events", _EVENT_KEYS) == 0
+        changed = _changed_details(conn)
+    assert len(changed) == held > 0
+    for _, old, detail, state, envelope in changed:
+        assert state in HELD
         assert detail["envelope"] == {"in_step": True, "commit_state": "not_committed"}
-        assert {**detail, "envelope": step.last_envelope} == _document(old[-1])
+        assert {**detail, "envelope": envelope} == old
     # Through the store, on a sample of every state.
     store = StepStore(old_store)
     with old_store.connect() as conn:
@@ -213,10 +258,7 @@ def test_every_step_and_event_reads_back_after_the_migration(old_store: Engine) 
     by_ref: dict[str, list[EventRecord]] = defaultdict(list)
     for event in logged:
         by_ref[event.operation_ref].append(event)
-    recorded: dict[str, list[Any]] = defaultdict(list)
-    for row in events_before:
-        recorded[row[2]].append(_document(row[-1]))  # (id, step_id, operation_ref, ...)
-    assert len(by_ref) == 100
+    assert len(by_ref) == 100 and set(by_ref) == set(recorded)
     for ref, mine in by_ref.items():
         assert store.events(ref) == with_envelopes(mine, store.get(ref).last_envelope)
         assert [event.detail for event in store.events(ref)] == recorded[ref]
@@ -229,22 +271,31 @@ def test_every_step_and_event_reads_back_after_the_migration(old_store: Engine) 
     assert all(len(details) == 4 for details in expected.values()), expected
 
     command.downgrade(alembic_config(url), "0006_worker_heartbeats")
+    names = ", ".join(f"'{ref}'" for ref in replaced)  # bulk-<n>: no quote in them
+    untouched = f"WHERE operation_ref NOT IN ({names})"
     with old_store.connect() as conn:
-        after = _raw(conn, "step_events")
-    untouched = [row for row in after if row[2] not in replaced]
-    assert _changed([row for row in events_before if row[2] not in replaced], untouched) == []
+        # Every other event as it was before the upgrade: the copies written back.
+        assert _unequal(conn, "step_events", _EVENT_KEYS, untouched) == 0
+        assert _changed_details(conn, f"AND b.operation_ref NOT IN ({names})") == []
+        rows = conn.exec_driver_sql(
+            "SELECT operation_ref, CAST(detail AS TEXT) FROM step_events "  # noqa: S608
+            f"WHERE operation_ref IN ({names}) ORDER BY id"
+        ).all()
+    after: dict[str, list[Any]] = defaultdict(list)
+    for ref, detail in rows:
+        after[ref].append(json.loads(detail))
     for ref, details in expected.items():
-        assert [_document(row[-1]) for row in after if row[2] == ref] == details, ref
+        assert after[ref] == details, ref
         # The success held the envelope the step had then; the resolution, the new one.
         executed, resolved = details[2], details[3]
         assert executed["envelope"] != resolved["envelope"] == replaced[ref]
         assert "replaced_envelope" not in resolved
 
 
-def _replace_envelopes(engine: Engine, found: dict[int, Any], count: int) -> dict[str, Any]:
+def _replace_envelopes(engine: Engine, found: list[Any], count: int) -> dict[str, Any]:
     """Give ``count`` steps holding an adapter's envelope a new one, with the event a
     change replacing it writes (at head): it names the new envelope and keeps the old."""
-    chosen = [step for step in found.values() if step.state.value in HELD][:count]
+    chosen = [step for step in found if step.state.value in HELD][:count]
     new = {step.operation_ref: {"ok": True, "code": "RESOLVED", "n": step.id} for step in chosen}
     with engine.begin() as conn:
         for step in chosen:
