@@ -25,8 +25,9 @@ from sqlalchemy.engine import make_url
 
 from tests.support.gateway.harness import bearer, make_key
 from tests.support.gateway.in_process import InProcess, in_process_gateway, twin_gateway
+from tests.support.recovery.databases import own_database
 from toolsafe.harness.proxy import FaultProxy
-from toolsafe.recovery.db import make_engine, normalize_url
+from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.records import event_record
 from toolsafe.recovery.store import StepNotFound
 from toolsafe.recovery.store.memory.backend import memory_backend
@@ -55,17 +56,8 @@ SCRIPTS: Final[dict[str, Script | None]] = {
 @pytest.fixture(scope="module")
 def views_pg_url(pg_url: str) -> Iterator[str]:
     """A PostgreSQL database of this module's own (migrated by the gateway's builder)."""
-    base = normalize_url(pg_url)
-    name = f"{base.database}_loop_views"
-    admin = base.set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield base.set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database(pg_url, "loop_views") as url:
+        yield url
 
 
 def loop_connections(url: str) -> list[int]:

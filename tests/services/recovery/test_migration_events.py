@@ -7,6 +7,7 @@ copies back. The tables are compared in the database (a copy taken before the up
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -14,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, Engine, bindparam, select, text
 
-from toolsafe.recovery.db import alembic_config, make_engine, normalize_url
+from tests.support.recovery.databases import own_database
+from toolsafe.recovery.db import alembic_config, make_engine
 from toolsafe.recovery.records import EventRecord, event_record, step_record
 from toolsafe.recovery.schema import UTCDateTime, step_events, steps
 from toolsafe.recovery.states import StepState
@@ -116,30 +117,22 @@ FROM steps WHERE id % 1000 = 0
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
 def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A database at 0006 holding 10^5 steps in every state and their events."""
-    admin = name = None
-    if request.param == "sqlite":
-        engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
-        json = "{}"
-    else:
-        base = normalize_url(request.getfixturevalue("pg_url"))
-        name = f"{base.database}_events_0007"
-        admin = base.set(drivername="postgresql", database="postgres").render_as_string(False)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        engine = make_engine(base.set(database=name))
-        json = "CAST({} AS jsonb)"
-    url = engine.url.render_as_string(hide_password=False)
-    command.upgrade(alembic_config(url), "0006_worker_heartbeats")
-    times = [bindparam(key, when, type_=UTCDateTime()) for key, when in _TIMES.items()]
-    with engine.begin() as conn:
-        conn.execute(text(_steps_sql(json)).bindparams(*times))
-        conn.execute(text(_events_sql(json)).bindparams(times[0]))
-    yield engine
-    engine.dispose()
-    if admin is not None:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url, json = f"sqlite:///{tmp_path / 'old.db'}", "{}"
+        else:
+            pg_url = request.getfixturevalue("pg_url")
+            url = stack.enter_context(own_database(pg_url, "events_0007"))
+            json = "CAST({} AS jsonb)"
+        engine = make_engine(url)
+        stack.callback(engine.dispose)
+        url = engine.url.render_as_string(hide_password=False)
+        command.upgrade(alembic_config(url), "0006_worker_heartbeats")
+        times = [bindparam(key, when, type_=UTCDateTime()) for key, when in _TIMES.items()]
+        with engine.begin() as conn:
+            conn.execute(text(_steps_sql(json)).bindparams(*times))
+            conn.execute(text(_events_sql(json)).bindparams(times[0]))
+        yield engine
 
 
 _TIMES = {"t0": T0, "t1": T1, "t2": T2}

@@ -9,12 +9,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import Engine, delete
 
 from tests.support.recovery import journal_store
-from toolsafe.recovery.db import make_engine, migrate, normalize_url
+from tests.support.recovery.databases import own_database
+from toolsafe.recovery.db import make_engine, migrate
 from toolsafe.recovery.schema import escalation_outbox, step_events, steps
 from toolsafe.recovery.store import StorePort, open_store
 from toolsafe.recovery.store.memory import MemoryStore
@@ -24,19 +24,9 @@ from toolsafe.recovery.store.sql import StepStore
 @pytest.fixture(scope="session")
 def store_pg_url(pg_url: str) -> Iterator[str]:
     """A database of its own, so emptying it never disturbs other tests' data."""
-    base = normalize_url(pg_url)
-    name = f"{base.database}_store"
-    admin = base.set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = base.set(database=name).render_as_string(hide_password=False)
-    migrate(url)
-    yield url
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database(pg_url, "store") as url:
+        migrate(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,29 @@
+"""A PostgreSQL database of a test's own, beside the session's: created empty (dropped
+first if an interrupted run left it), dropped with its connections at the end."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import psycopg
+
+from toolsafe.recovery.db import normalize_url
+
+
+@contextlib.contextmanager
+def own_database(pg_url: str, suffix: str) -> Iterator[str]:
+    """``<the session's database>_<suffix>`` on the session's server, as a URL."""
+    base = normalize_url(pg_url)
+    name = f"{base.database}_{suffix}"[:63]
+    admin = base.set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
