@@ -109,26 +109,16 @@ class Publisher:
         queue: str | None = None,
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
-        # None: the task's own route (celeryconfig.ROUTES).
-        routed: dict[str, Any] = {} if queue is None else {"queue": queue}
         if eta is not None and self.clock is not None:
             eta = self.clock.local_eta(eta)
         if publish:
-            # The publisher's trace context rides in the message's headers (docs/tracing.md).
+            # The publisher's trace context rides in the message's headers (docs/tracing.md);
+            # queue None: the task's own route (celeryconfig.ROUTES).
             carried = tracing.headers()
-            if carried:
-                self.app.send_task(
-                    task,
-                    args=(operation_ref,),
-                    eta=eta,
-                    headers=carried,
-                    **monitored(tool),
-                    **routed,
-                )
-            else:
-                self.app.send_task(
-                    task, args=(operation_ref,), eta=eta, **monitored(tool), **routed
-                )
+            extra: dict[str, Any] = {"headers": carried} if carried else {}
+            if queue is not None:
+                extra["queue"] = queue
+            self.app.send_task(task, args=(operation_ref,), eta=eta, **monitored(tool), **extra)
         return publish
 
     def execute(

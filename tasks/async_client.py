@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from toolsafe.adapters.catalogue import Catalogue
+from toolsafe.recovery.records import StepRecord
 from toolsafe.recovery.states import NEEDS_AGENT
 from toolsafe.recovery.store.loop_reads import LoopReadsPort
 from toolsafe.tasks.client import CallSpec, Client, Submission, WaitTimeout
@@ -95,7 +96,7 @@ class AsyncClient:
         if self.reads is None:
             return await asyncio.to_thread(self._settled, operation_ref, deadline)
         step = await self.reads.get(operation_ref)
-        if step.state in NEEDS_AGENT or deadline - time.monotonic() <= 0:
+        if _settled_by(step, deadline):
             return build_view(step, await self.reads.events(operation_ref))
         return None
 
@@ -103,7 +104,7 @@ class AsyncClient:
         """The step's view if it needs the agent or ``deadline`` passed, else None."""
         store = self.client.runtime.store
         step = store.get(operation_ref)
-        if step.state in NEEDS_AGENT or deadline - time.monotonic() <= 0:
+        if _settled_by(step, deadline):
             return build_view(step, store.events(operation_ref))
         return None
 
@@ -113,3 +114,8 @@ class AsyncClient:
         if not view.needs_agent:
             raise WaitTimeout(operation_ref, str(view.state), timeout)
         return view
+
+
+def _settled_by(step: StepRecord, deadline: float) -> bool:
+    """A ``settle`` ends: the step needs the agent (or is terminal), or time is up."""
+    return step.state in NEEDS_AGENT or deadline - time.monotonic() <= 0

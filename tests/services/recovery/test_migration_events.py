@@ -141,15 +141,15 @@ _JSON = ("input", "last_envelope", "flagged_fields", "detail")
 _EVENT_KEYS = ("id", "step_id", "operation_ref", "at", "kind", "from_state", "to_state", "label")
 
 
+_TABLES = {"steps": steps, "step_events": step_events}
+
+
 def _columns(table: str, names: Iterable[str] | None = None) -> str:
     """The columns of ``table`` (all, or ``names``), JSON as text: compared as stored."""
     chosen = [column.name for column in _TABLES[table].columns]
     if names is not None:
         chosen = [name for name in chosen if name in names]
     return ", ".join(f"CAST({name} AS TEXT)" if name in _JSON else name for name in chosen)
-
-
-_TABLES = {"steps": steps, "step_events": step_events}
 
 
 def _snapshot(conn: Connection, table: str) -> None:
