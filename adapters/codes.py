@@ -5,19 +5,76 @@ carry, the templates its messages are built from (the only source of message tex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from toolsafe.adapters.code_spec import FIX, WAIT, CodeSpec, spec
 from toolsafe.adapters.envelope import (
     Category,
     CommitState,
-    Directive,
     NextAction,
     Retry,
     ToolError,
 )
 from toolsafe.adapters.redaction import safe_details_for
+from toolsafe.adapters.runtime_codes import (
+    ATTEMPTS_EXHAUSTED,
+    CANCELLED,
+    LOOKUP_UNAVAILABLE,
+    LOOP_GUARD,
+    NO_LOOKUP,
+    NOT_BEFORE_TOO_FAR,
+    OPERATION_NOT_FOUND,
+    OPERATOR_RESOLVED,
+    REJECTED,
+    RUNTIME_ENVELOPE_CODES,
+    RUNTIME_SPECS,
+    SECRET_KEY_MISSING,
+    UNVERIFIABLE_UNKNOWN,
+    WORKER_LOST,
+)
+
+# Every code has its name here, the runtime's own (``runtime_codes``) included, so
+# ``codes.X`` stays the one place to look.
+__all__ = [
+    "ADAPTER_CONTRACT_VIOLATION",
+    "ADAPTER_EXCEPTION",
+    "ATTEMPTS_EXHAUSTED",
+    "CANCELLED",
+    "CATALOGUE",
+    "CLIENT_REQUEST_INVALID",
+    "CONFLICT",
+    "DEPENDENCY_UNAVAILABLE",
+    "IDEMPOTENCY_KEY_IN_FLIGHT",
+    "IDEMPOTENCY_KEY_REUSED",
+    "INVALID_INPUT",
+    "INVALID_RECIPIENT_ADDRESS",
+    "LOOKUP_UNAVAILABLE",
+    "LOOP_GUARD",
+    "MISSING_APPROVAL",
+    "NOT_AUTHORIZED",
+    "NOT_BEFORE_TOO_FAR",
+    "NO_LOOKUP",
+    "OPERATION_NOT_FOUND",
+    "OPERATOR_RESOLVED",
+    "OUTCOME_UNKNOWN",
+    "RATE_LIMITED",
+    "REJECTED",
+    "REQUEST_REJECTED",
+    "RUNTIME_ENVELOPE_CODES",
+    "SECRET_KEY_MISSING",
+    "UNKNOWN_TOOL",
+    "UNREADABLE_RESPONSE",
+    "UNVERIFIABLE_UNKNOWN",
+    "UPSTREAM_ERROR",
+    "UPSTREAM_VALIDATION_FAILED",
+    "VERSION_CONFLICT",
+    "WORKER_LOST",
+    "CodeSpec",
+    "build_error",
+    "render",
+    "spec_for",
+]
 
 OUTCOME_UNKNOWN: Final = "OUTCOME_UNKNOWN"
 UPSTREAM_ERROR: Final = "UPSTREAM_ERROR"
@@ -38,88 +95,12 @@ UNREADABLE_RESPONSE: Final = "UNREADABLE_RESPONSE"
 ADAPTER_EXCEPTION: Final = "ADAPTER_EXCEPTION"
 ADAPTER_CONTRACT_VIOLATION: Final = "ADAPTER_CONTRACT_VIOLATION"
 UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
-# Codes of the envelopes the runtime itself writes when a step's state is no longer the
-# one the adapter's envelope described (``toolsafe.recovery.envelopes``). Escalation and
-# failure codes equal the reason codes of ``toolsafe.recovery.reasons``.
-ATTEMPTS_EXHAUSTED: Final = "ATTEMPTS_EXHAUSTED"
-LOOP_GUARD: Final = "LOOP_GUARD"
-NOT_BEFORE_TOO_FAR: Final = "NOT_BEFORE_TOO_FAR"
-UNVERIFIABLE_UNKNOWN: Final = "UNVERIFIABLE_UNKNOWN"
-LOOKUP_UNAVAILABLE: Final = "LOOKUP_UNAVAILABLE"
-NO_LOOKUP: Final = "NO_LOOKUP"
-REJECTED: Final = "REJECTED"
-CANCELLED: Final = "CANCELLED"
-OPERATOR_RESOLVED: Final = "OPERATOR_RESOLVED"
-OPERATION_NOT_FOUND: Final = "OPERATION_NOT_FOUND"
-WORKER_LOST: Final = "WORKER_LOST"
-SECRET_KEY_MISSING: Final = "SECRET_KEY_MISSING"  # noqa: S105 - a code, not a secret
 
-RUNTIME_ENVELOPE_CODES: Final = frozenset(
-    {
-        ATTEMPTS_EXHAUSTED,
-        LOOP_GUARD,
-        NOT_BEFORE_TOO_FAR,
-        UNVERIFIABLE_UNKNOWN,
-        LOOKUP_UNAVAILABLE,
-        NO_LOOKUP,
-        REJECTED,
-        CANCELLED,
-        OPERATOR_RESOLVED,
-        OPERATION_NOT_FOUND,
-        WORKER_LOST,
-        SECRET_KEY_MISSING,
-    }
-)
-"""The envelopes the runtime writes itself. Those of an escalated or failed step carry
-the step's reason as their code: one meaning, the reason, shown to the model."""
-
-
-@dataclass(frozen=True)
-class CodeSpec:
-    """One code: its default classification, allowed detail keys and message templates.
-
-    Templates are ``str.format`` strings that may name only ``allowed_keys``; a key that
-    was not supplied renders as ``unspecified``.
-    """
-
-    code: str
-    category: Category
-    commit_state: CommitState
-    directive: Directive
-    next_action: NextAction
-    max_attempts_remaining: int
-    allowed_keys: frozenset[str]
-    agent_template: str
-    user_template: str
-    meaning: str
-
-
-def _spec(
-    code: str,
-    category: Category,
-    commit_state: CommitState,
-    directive: Directive,
-    next_action: NextAction,
-    attempts: int,
-    keys: tuple[str, ...],
-    agent: str,
-    user: str,
-    meaning: str,
-) -> CodeSpec:
-    return CodeSpec(
-        code, category, commit_state, directive, next_action, attempts, frozenset(keys),
-        agent, user, meaning,
-    )  # fmt: skip
-
-
-_HANDED_OVER = "It was handed to an operator; do not retry it."
-_FIX = "Correct the flagged input and submit it again under the same operation_ref."
-_WAIT = "Nothing was written; the scheduler retries after not_before. Do not retry yourself."
 
 CATALOGUE: Final[Mapping[str, CodeSpec]] = {
-    spec.code: spec
-    for spec in (
-        _spec(
+    entry.code: entry
+    for entry in (
+        spec(
             INVALID_INPUT,
             "validation",
             "not_committed",
@@ -127,11 +108,11 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "correct_input",
             1,
             ("fields", "field", "tool"),
-            "The input was rejected before sending; nothing was written. Fields: {fields}. " + _FIX,
+            "The input was rejected before sending; nothing was written. Fields: {fields}. " + FIX,
             "The request needs corrected input.",
             "Local validation failed; nothing left the worker.",
         ),
-        _spec(
+        spec(
             INVALID_RECIPIENT_ADDRESS,
             "validation",
             "not_committed",
@@ -139,11 +120,11 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "correct_input",
             1,
             ("field", "tool", "status"),
-            "The recipient address in {field} is not deliverable; nothing was sent. " + _FIX,
+            "The recipient address in {field} is not deliverable; nothing was sent. " + FIX,
             "The recipient address needs to be corrected.",
             "The recipient e-mail address is malformed or its domain does not accept mail.",
         ),
-        _spec(
+        spec(
             UPSTREAM_VALIDATION_FAILED,
             "validation",
             "not_committed",
@@ -152,11 +133,11 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             1,
             ("fields", "field", "status", "tool"),
             "The downstream rejected the input (HTTP {status}); nothing was written. "
-            "Fields: {fields}. " + _FIX,
+            "Fields: {fields}. " + FIX,
             "The request needs corrected input.",
             "A 400/422 naming input fields but no code the adapter knows.",
         ),
-        _spec(
+        spec(
             REQUEST_REJECTED,
             "validation",
             "not_committed",
@@ -169,7 +150,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The request was rejected and handed to an operator.",
             "A 400/422 that names neither a known code nor an input field.",
         ),
-        _spec(
+        spec(
             NOT_AUTHORIZED,
             "authorization",
             "not_committed",
@@ -182,7 +163,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action is not permitted and was handed to an operator.",
             "A 401/403 without a code the adapter knows.",
         ),
-        _spec(
+        spec(
             MISSING_APPROVAL,
             "authorization",
             "not_committed",
@@ -198,7 +179,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action is waiting for approval.",
             "The downstream requires an approval reference for this operation.",
         ),
-        _spec(
+        spec(
             VERSION_CONFLICT,
             "conflict",
             "not_committed",
@@ -211,7 +192,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The data changed in the meantime; the action was stopped.",
             "An optimistic-concurrency check failed downstream.",
         ),
-        _spec(
+        spec(
             CONFLICT,
             "conflict",
             "not_committed",
@@ -224,7 +205,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action conflicts with the current data and was stopped.",
             "A 409 without a code the adapter knows.",
         ),
-        _spec(
+        spec(
             IDEMPOTENCY_KEY_REUSED,
             "conflict",
             "not_committed",
@@ -237,7 +218,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action conflicts with an earlier one and was handed to an operator.",
             "Same idempotency key, different payload.",
         ),
-        _spec(
+        spec(
             IDEMPOTENCY_KEY_IN_FLIGHT,
             "conflict",
             "unknown",
@@ -250,7 +231,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "We are checking whether the action took effect.",
             "A 409 saying the idempotency key is in flight; the same key is retried later.",
         ),
-        _spec(
+        spec(
             OUTCOME_UNKNOWN,
             "dependency",
             "unknown",
@@ -264,7 +245,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "A write that may have been applied: timeouts after sending, dropped "
             "connections, 500/502/504.",
         ),
-        _spec(
+        spec(
             UNREADABLE_RESPONSE,
             "internal",
             "unknown",
@@ -277,7 +258,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "We are checking whether the action took effect.",
             "A 2xx to a write whose body carries no usable evidence.",
         ),
-        _spec(
+        spec(
             DEPENDENCY_UNAVAILABLE,
             "dependency",
             "not_committed",
@@ -285,11 +266,11 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "wait_and_retry",
             3,
             ("reason", "status", "retry_after_seconds", "tool"),
-            "The downstream could not be reached or is unavailable ({reason}). " + _WAIT,
+            "The downstream could not be reached or is unavailable ({reason}). " + WAIT,
             "The service is temporarily unavailable; we will retry automatically.",
             "Nothing reached the target (or the tool only reads); retry after a delay.",
         ),
-        _spec(
+        spec(
             RATE_LIMITED,
             "dependency",
             "not_committed",
@@ -297,11 +278,11 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "wait_and_retry",
             3,
             ("status", "retry_after_seconds", "tool"),
-            "The downstream is rate limiting (retry after {retry_after_seconds} s). " + _WAIT,
+            "The downstream is rate limiting (retry after {retry_after_seconds} s). " + WAIT,
             "The service is busy; we will retry automatically.",
             "HTTP 429; not_before comes from Retry-After.",
         ),
-        _spec(
+        spec(
             CLIENT_REQUEST_INVALID,
             "internal",
             "not_committed",
@@ -314,7 +295,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action could not be completed and was handed to an operator.",
             "InvalidURL, UnsupportedProtocol, LocalProtocolError: a client bug.",
         ),
-        _spec(
+        spec(
             UPSTREAM_ERROR,
             "internal",
             "not_committed",
@@ -328,7 +309,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "An upstream code not in the adapter's table, or text that looks like "
             "instructions; the upstream text is never passed on.",
         ),
-        _spec(
+        spec(
             ADAPTER_EXCEPTION,
             "internal",
             "not_committed",
@@ -340,7 +321,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action could not be completed and was handed to an operator.",
             "The adapter raised; for a write that may have sent it is unknown instead.",
         ),
-        _spec(
+        spec(
             ADAPTER_CONTRACT_VIOLATION,
             "internal",
             "not_committed",
@@ -353,7 +334,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action could not be completed and was handed to an operator.",
             "The adapter returned something that breaks the envelope contract.",
         ),
-        _spec(
+        spec(
             UNKNOWN_TOOL,
             "internal",
             "not_committed",
@@ -365,165 +346,7 @@ CATALOGUE: Final[Mapping[str, CodeSpec]] = {
             "The action could not be started and was handed to an operator.",
             "The worker has no adapter for the step's tool (built by the pipeline).",
         ),
-        # ------------------------------------------------ written by the runtime
-        _spec(
-            ATTEMPTS_EXHAUSTED,
-            "dependency",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("last_code", "tool"),
-            "The call kept failing (last code {last_code}) and no attempt is left; nothing "
-            "was written. " + _HANDED_OVER,
-            "The action could not be completed and was handed to an operator.",
-            "The runtime's attempt limit (min(policy, max_attempts_remaining)) is spent.",
-        ),
-        _spec(
-            LOOP_GUARD,
-            "dependency",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("last_code", "tool"),
-            "The call failed the same way (code {last_code}) several times in a row; nothing "
-            "was written. " + _HANDED_OVER,
-            "The action could not be completed and was handed to an operator.",
-            "The same error fingerprint policy.loop_guard times in a row.",
-        ),
-        _spec(
-            NOT_BEFORE_TOO_FAR,
-            "dependency",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("last_code", "tool"),
-            "The downstream asked to wait longer than this tool may wait (code {last_code}); "
-            "nothing was written. " + _HANDED_OVER,
-            "The action could not be completed and was handed to an operator.",
-            "The adapter's not_before lies beyond policy.retry.longest_wait.",
-        ),
-        _spec(
-            UNVERIFIABLE_UNKNOWN,
-            "dependency",
-            "unknown",
-            "never",
-            "escalate",
-            0,
-            ("reason", "tool"),
-            "The request may have reached the downstream ({reason}) and this tool cannot look "
-            "it up, so whether it took effect is unknown. An operator will check it; do not "
-            "retry it.",
-            "We could not confirm whether the action took effect; an operator will check it.",
-            "A write whose outcome is unknown, for a tool without a lookup.",
-        ),
-        _spec(
-            LOOKUP_UNAVAILABLE,
-            "dependency",
-            "unknown",
-            "never",
-            "escalate",
-            0,
-            ("lookups", "tool"),
-            "Whether the request took effect is unknown, and the downstream's lookup stayed "
-            "unavailable ({lookups} tries in a row). An operator will check it; do not retry it.",
-            "We could not confirm whether the action took effect; an operator will check it.",
-            "Verification gave up: the lookup was unavailable too often.",
-        ),
-        _spec(
-            NO_LOOKUP,
-            "internal",
-            "unknown",
-            "never",
-            "escalate",
-            0,
-            ("tool",),
-            "Whether the request took effect is unknown and this tool has no lookup. An "
-            "operator will check it; do not retry it.",
-            "We could not confirm whether the action took effect; an operator will check it.",
-            "A verification was due but the tool has no lookup.",
-        ),
-        _spec(
-            REJECTED,
-            "authorization",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("approver", "tool"),
-            "A human ({approver}) rejected the approval request; nothing was written. The "
-            "step will not run; do not retry it, make a new plan.",
-            "The action was rejected and will not run.",
-            "A human rejected the approval request; the step failed.",
-        ),
-        _spec(
-            CANCELLED,
-            "internal",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("by", "tool"),
-            "The step was cancelled (by {by}) before it wrote anything. It will not run; do not "
-            "retry it.",
-            "The action was cancelled and will not run.",
-            "The agent service or an operator cancelled the step.",
-        ),
-        _spec(
-            OPERATOR_RESOLVED,
-            "internal",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("operator", "tool"),
-            "An operator ({operator}) closed this step as failed. It will not run again; do "
-            "not retry it, make a new plan.",
-            "The action was closed as failed by an operator.",
-            "An operator closed the escalated step as failed, stating that nothing was written.",
-        ),
-        _spec(
-            OPERATION_NOT_FOUND,
-            "dependency",
-            "not_committed",
-            "after_delay",
-            "wait_and_retry",
-            3,
-            ("tool",),
-            "Verification found no trace of the earlier request after the downstream's "
-            "consistency window: it did not take effect. The scheduler sends it again under "
-            "the same operation_ref after not_before; do not retry it yourself.",
-            "The action did not take effect yet; we will retry automatically.",
-            "A lookup after the consistency window did not find the write: a retry is safe.",
-        ),
-        _spec(
-            WORKER_LOST,
-            "internal",
-            "not_committed",
-            "after_delay",
-            "wait_and_retry",
-            3,
-            ("tool",),
-            "The worker running this read stopped before it answered; a read changes nothing. "
-            + _WAIT,
-            "The action was interrupted; we will retry automatically.",
-            "A read's worker vanished (lease expired); the read runs again.",
-        ),
-        _spec(
-            SECRET_KEY_MISSING,
-            "internal",
-            "not_committed",
-            "never",
-            "escalate",
-            0,
-            ("tool",),
-            "The call's secret input could not be decrypted; nothing was sent. "
-            "An operator will look.",
-            "The action could not be started and was handed to an operator.",
-            "The worker's TOOLSAFE_SECRET_KEYS cannot open the step's sealed input.",
-        ),
+        *RUNTIME_SPECS,
     )
 }
 
