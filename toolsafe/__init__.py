@@ -13,13 +13,7 @@ Names are resolved lazily, so importing ``toolsafe`` (or a room under it, such a
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = version("toolsafe")
-except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
-    __version__ = "0+unknown"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -158,7 +152,21 @@ if TYPE_CHECKING:
     from toolsafe.tasks.views import HistoryEntry, StepView
 
 
+def _version() -> str:
+    """The installed distribution's version, read on first use: scanning the installed
+    distributions costs every process that imports ``toolsafe`` tens of milliseconds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolsafe")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = found = _version()
+        return found
     if name == "celery":
         # `celery -A toolsafe`: the process's app, with the operator exporter installed.
         from toolsafe.worker import default_app

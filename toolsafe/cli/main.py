@@ -133,14 +133,29 @@ def _limit(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from toolsafe import __version__
+class _Version(argparse.Action):
+    """``--version``: argparse's own action, with the version read only when asked for
+    (reading it scans the installed distributions: every command would pay for it)."""
 
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from toolsafe import __version__
+
+        sys.stdout.write(f"toolsafe {__version__}\n")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolsafe", description=__doc__)
-    parser.add_argument(
-        "--version", action="version", version=f"toolsafe {__version__}",
-        help="print the version and exit",
-    )  # fmt: skip
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     schema = commands.add_parser("schema", help="print the envelope's JSON Schema")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from toolsafe.harness import preload
 from toolsafe.harness.errors import ProcessStartError
 from toolsafe.settings import child_environ
 
@@ -29,7 +30,8 @@ def child_env(settings: Mapping[str, str], base: Mapping[str, str] | None = None
 
 
 class Process:
-    """One running child, started by the constructor (or ``spawn``).
+    """One running child, started by the constructor (or ``spawn``): a new interpreter,
+    or a fork of the preloaded one when ``harness.preload`` is enabled (the tests).
 
     The child leads a process group of its own, so ``kill()`` reaches a prefork worker's
     pool children too and a Ctrl-C at the terminal reaches only the parent, which stops
@@ -54,6 +56,11 @@ class Process:
         self.cwd = cwd
         self.ready_marker = ready_marker
         self._offset = log_path.stat().st_size if log_path.exists() else 0
+        self.popen: subprocess.Popen[bytes] | preload.Preloaded
+        if preload.eligible(self.argv, self.env):
+            self.popen = preload.Preloaded(self.argv, env=self.env, cwd=cwd, log_path=log_path)
+            self.started = time.monotonic()
+            return
         with log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.popen = subprocess.Popen(
                 self.argv,

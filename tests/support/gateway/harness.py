@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from toolsafe.gateway.cli import free_port
+from toolsafe.harness import preload
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
@@ -29,7 +30,7 @@ class GatewayServer:
     log: Path
     port: int
     extra_args: tuple[str, ...] = ()
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | preload.Preloaded | None = None
 
     @property
     def url(self) -> str:
@@ -37,15 +38,21 @@ class GatewayServer:
 
     def start(self, timeout: float = 30.0) -> GatewayServer:
         command = [sys.executable, "-m", "toolsafe", "serve", "--port", str(self.port)]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [*command, *self.extra_args],
-                cwd=self.log.parent,
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        command += self.extra_args
+        env = {**os.environ, **self.env}
+        if preload.eligible(command, env):
+            directory = self.log.parent
+            self.process = preload.Preloaded(command, env=env, cwd=directory, log_path=self.log)
+        else:
+            with self.log.open("ab") as out:
+                self.process = subprocess.Popen(
+                    command,
+                    cwd=self.log.parent,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

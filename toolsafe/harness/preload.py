@@ -1,0 +1,189 @@
+"""Children started from a preloaded interpreter: a harness child that would run
+``python -m celery ...`` or ``python -m toolsafe ...`` is forked from a server process
+that has imported Celery, SQLAlchemy, pydantic and toolsafe once, instead of importing
+them again (over a second of CPU per process, most of a worker's start).
+
+Off unless :func:`enable` is called (the test suite does: it starts a hundred-odd
+workers and CLIs per run). The child is still a real process running the real command
+(``runpy`` runs the module as ``python -m`` would, with the child's own environment,
+working folder, process group and log), so a worker started this way is a real
+``celery worker``; only the imports are shared. A child whose interpreter-level
+environment differs from the server's (``PYTHONPATH``, ``LD_PRELOAD``, coverage,
+``FAKETIME`` ...) is started the ordinary way: those act before any import.
+
+:class:`Preloaded` answers like the ``subprocess.Popen`` it stands in for: ``pid``,
+``poll``, ``wait`` (``subprocess.TimeoutExpired``), ``send_signal`` and ``returncode``
+(negative: killed by that signal).
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import multiprocessing
+import os
+import runpy
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from multiprocessing import connection
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from typing import Final
+
+MODULES: Final = ("celery", "toolsafe")
+"""The ``-m`` targets served from the preloaded interpreter (and their submodules)."""
+
+PRELOAD: Final = (
+    "celery.bin.celery",
+    "celery.apps.worker",
+    "celery.apps.beat",
+    "celery.worker.consumer",
+    "celery.concurrency.prefork",
+    "kombu.transport.redis",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "sqlalchemy.dialects.sqlite",
+    "toolsafe.worker",
+    "toolsafe.cli.main",
+    "toolsafe.adapters.examples",
+    "uvicorn",
+    "toolsafe.gateway.app",
+)
+"""What the server imports once (importing reads no ``TOOLSAFE_*`` setting: apps are
+built on first use, in the child)."""
+
+# Read by the interpreter before any import, so a child that changes one of them is
+# started the ordinary way. PYTHONUNBUFFERED is the exception: the child sets it up.
+_INTERPRETER_PREFIXES: Final = (
+    "PYTHON", "LD_", "FAKETIME", "COVERAGE", "MALLOC", "TZ", "LANG", "LC_",
+)  # fmt: skip
+_EMULATED: Final = frozenset({"PYTHONUNBUFFERED"})
+
+_lock = threading.Lock()
+# One thread at a time reads a child's exit status: multiprocessing's forkserver hands it
+# over once through a pipe, and a second reader would take the pipe's end for a status.
+_polling = threading.Lock()
+_context: ForkServerContext | None = None
+_base_env: dict[str, str] = {}
+
+
+def enable() -> None:
+    """Serve eligible harness children from a preloaded interpreter in this process."""
+    global _context
+    with _lock:
+        if _context is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(list(PRELOAD))
+            _base_env.update(os.environ)
+            _context = context
+
+
+def enabled() -> bool:
+    return _context is not None
+
+
+def eligible(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter."""
+    if _context is None or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return False
+    if not any(argv[2] == name or argv[2].startswith(f"{name}.") for name in MODULES):
+        return False
+    names = {*env, *_base_env}
+    return all(
+        env.get(name) == _base_env.get(name)
+        for name in names
+        if name.startswith(_INTERPRETER_PREFIXES) and name not in _EMULATED
+    )
+
+
+class Preloaded:
+    """A child of the preloaded interpreter, answering like ``subprocess.Popen``."""
+
+    def __init__(
+        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, log_path: Path
+    ) -> None:
+        if _context is None:
+            raise RuntimeError("toolsafe.harness.preload.enable() was not called")
+        self.args = list(argv)
+        self._process = _context.Process(
+            target=_run,
+            args=(list(argv[2:]), dict(env), str(cwd) if cwd is not None else None, str(log_path)),
+            daemon=True,
+        )
+        with _polling:  # start() polls the other children (multiprocessing's cleanup)
+            self._process.start()
+        pid = self._process.pid
+        assert pid is not None
+        self.pid: int = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        with _polling:
+            if self.returncode is None:
+                self.returncode = self._process.exitcode
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            connection.wait([self._process.sentinel], left)
+        return code
+
+    def send_signal(self, signal: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal)
+
+
+def _streams(unbuffered: bool) -> None:
+    """Fresh ``sys.stdout``/``sys.stderr`` over descriptors 1 and 2, buffered as a new
+    interpreter's would be for a file (stdout by block, stderr by line; neither with
+    ``PYTHONUNBUFFERED``)."""
+
+    def stream(fd: int, **options: object) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, "w", closefd=False)
+        binary: io.RawIOBase | io.BufferedWriter = raw if unbuffered else io.BufferedWriter(raw)
+        return io.TextIOWrapper(
+            binary,  # type: ignore[arg-type]
+            encoding="utf-8",
+            write_through=unbuffered,
+            **options,  # type: ignore[arg-type]
+        )
+
+    sys.stdout = stream(1)
+    sys.stderr = stream(2, errors="backslashreplace", line_buffering=True)
+    # Celery's logging writes to the interpreter's original streams.
+    setattr(sys, "__stdout__", sys.stdout)  # noqa: B010 - a final name to mypy
+    setattr(sys, "__stderr__", sys.stderr)  # noqa: B010
+
+
+def _run(tail: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> None:
+    """In the child: become a process group's leader, write to the log, take the
+    child's environment and folder, then run ``python -m <tail>``."""
+    os.setsid()
+    multiprocessing.current_process().name = "MainProcess"  # as logs name a main process
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    _streams(bool(env.get("PYTHONUNBUFFERED")))
+    sys.path.insert(0, os.getcwd())  # what ``python -m`` puts first
+    module, *args = tail
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
