@@ -8,16 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolsafe.harness import child_env
+from toolsafe.harness import child_env, preload
 
 INVOICE = '{"customer_id": "cus_1", "amount_cents": 100, "currency": "EUR"}'
 
 
 def _toolsafe(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "toolsafe", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    return preload.run([sys.executable, "-m", "toolsafe", *args], env=env, cwd=cwd, timeout=120)
 
 
 def test_steps_list_and_show_point_at_the_namespaced_refs(tmp_path: Path) -> None:

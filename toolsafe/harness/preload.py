@@ -19,12 +19,15 @@ environment differs from the server's (``PYTHONPATH``, ``LD_PRELOAD``, coverage,
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import multiprocessing
 import os
 import runpy
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -102,14 +105,24 @@ class Preloaded:
     """A child of the preloaded interpreter, answering like ``subprocess.Popen``."""
 
     def __init__(
-        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, log_path: Path
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path | None,
+        log_path: Path,
+        err_path: Path | None = None,
     ) -> None:
+        """Start ``argv``, its stdout appended to ``log_path``, its stderr too or to
+        ``err_path`` when given."""
         if _context is None:
             raise RuntimeError("toolsafe.harness.preload.enable() was not called")
         self.args = list(argv)
+        where = str(cwd) if cwd is not None else None
+        errors = str(err_path if err_path is not None else log_path)
         self._process = _context.Process(
             target=_run,
-            args=(list(argv[2:]), dict(env), str(cwd) if cwd is not None else None, str(log_path)),
+            args=(list(argv[2:]), dict(env), where, str(log_path), errors),
             daemon=True,
         )
         with _polling:  # start() polls the other children (multiprocessing's cleanup)
@@ -134,9 +147,9 @@ class Preloaded:
             connection.wait([self._process.sentinel], left)
         return code
 
-    def send_signal(self, signal: int) -> None:
+    def send_signal(self, number: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, signal)
+            os.kill(self.pid, number)
 
 
 def _streams(unbuffered: bool) -> None:
@@ -161,18 +174,48 @@ def _streams(unbuffered: bool) -> None:
     setattr(sys, "__stderr__", sys.stderr)  # noqa: B010
 
 
-def _run(tail: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> None:
-    """In the child: become a process group's leader, write to the log, take the
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True)``: from the preloaded
+    interpreter when ``argv`` is eligible, else as a new interpreter."""
+    if not eligible(argv, env):
+        return subprocess.run(
+            list(argv), env=dict(env), cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="toolsafe-run-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        child = Preloaded(argv, env=env, cwd=cwd, log_path=out, err_path=err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            raise
+        return subprocess.CompletedProcess(
+            list(argv), code, out.read_text("utf-8", "replace"), err.read_text("utf-8", "replace")
+        )
+
+
+def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+    """In the child: become a process group's leader, write to the log(s), take the
     child's environment and folder, then run ``python -m <tail>``."""
     os.setsid()
     multiprocessing.current_process().name = "MainProcess"  # as logs name a main process
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
     os.close(null)
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, flags, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
     os.environ.clear()
     os.environ.update(env)
     if cwd is not None:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.gateway.harness import bearer, gateway_for, make_key
 from tests.support.pipeline.harness import WORKER_STARTUP, cluster_for, new_ref
-from toolsafe.harness import child_env
+from toolsafe.harness import child_env, preload
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -26,9 +26,7 @@ WAIT = 30  # the wait asked for; without a worker the answer must come well befo
 
 def _workers(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "toolsafe", "workers", *args]
-    return subprocess.run(
-        command, env=child_env(env), cwd=cwd, capture_output=True, text=True, timeout=60
-    )
+    return preload.run(command, env=child_env(env), cwd=cwd, timeout=60)
 
 
 def test_a_wait_with_no_worker_answers_at_once_with_the_hint(

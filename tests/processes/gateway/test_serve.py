@@ -20,6 +20,7 @@ from tests.support.gateway.harness import bearer, gateway_for
 from tests.support.pipeline.harness import cluster_for, new_ref
 from toolsafe.gateway.auth import CACHE_SECONDS
 from toolsafe.gateway.client import GatewayClient, GatewayError
+from toolsafe.harness import preload
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.schema import api_keys
 from toolsafe.recovery.states import StepState
@@ -34,15 +35,7 @@ def _bare_env() -> dict[str, str]:
 
 
 def _toolsafe(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "toolsafe", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return preload.run([sys.executable, "-m", "toolsafe", *args], env=env, cwd=cwd, timeout=60)
 
 
 def test_serve_starts_on_the_embedded_default_with_no_settings(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from tests.support.gateway.harness import GatewayServer, bearer, gateway_for, ma
 from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
 from tests.support.recovery.store_support import sql_store
 from toolsafe.adapters.envelope import to_wire
+from toolsafe.harness import preload
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 
@@ -87,15 +88,14 @@ def test_hostile_success_is_cleaned_before_it_is_stored(cluster: Cluster) -> Non
     assert any("result.customer_id:instructions" in text for text in recorded), view.history
 
     env = {**os.environ, **cluster.env}
-    shown = subprocess.run(
-        [sys.executable, "-m", "toolsafe", "steps", "show", ref],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    shown = preload.run(
+        [sys.executable, "-m", "toolsafe", "steps", "show", ref], cwd=ROOT, env=env, timeout=60
+    )
     assert shown.returncode == 0, shown.stderr
     assert "inv_777" in shown.stdout and "redactions=" in shown.stdout
-    shown_json = subprocess.run(
+    shown_json = preload.run(
         [sys.executable, "-m", "toolsafe", "steps", "show", ref, "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT, env=env, timeout=60,
     )  # fmt: skip
     worker_logs = "".join(worker.text() for worker in cluster.workers)
     for text in (stored, json.dumps(view.as_dict(), default=str), shown.stdout,
@@ -308,10 +308,9 @@ def _raw_rows(database_url: str) -> str:
 
 def _cli(run: Run, *args: str) -> str:
     """``python -m toolsafe ARGS`` as its own process: what it printed."""
-    done = subprocess.run(
+    done = preload.run(
         [sys.executable, "-m", "toolsafe", *args],
-        cwd=ROOT, env={**os.environ, **run.cluster.env}, capture_output=True, text=True,
-        timeout=60, check=False,
+        cwd=ROOT, env={**os.environ, **run.cluster.env}, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout + done.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support.pipeline.harness import ROOT, Cluster, cluster_for, new_ref
 from toolsafe.adapters.envelope import to_wire
+from toolsafe.harness import preload
 from toolsafe.recovery.outcomes import TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.views import SAFE_ENVELOPE_FIELDS
@@ -185,10 +185,9 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
     assert "input" not in notice and "cus_1" not in json.dumps(notice)
 
     env = {**os.environ, **cluster.env}
-    listed = subprocess.run(
-        [sys.executable, "-m", "toolsafe", "escalations", "list"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    listed = preload.run(
+        [sys.executable, "-m", "toolsafe", "escalations", "list"], cwd=ROOT, env=env, timeout=60
+    )
     assert listed.returncode == 0, listed.stderr
     assert ref in listed.stdout
     # The operator closes it: the invoice exists, so it succeeded; they must say where.
@@ -206,22 +205,19 @@ def test_lookup_down_escalates_notifies_and_shows_in_the_cli(cluster: Cluster) -
         "--operator",
         "bob",
     ]
-    unproven = subprocess.run(
-        resolve, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
-    )  # fmt: skip
+    unproven = preload.run(resolve, cwd=ROOT, env=env, timeout=60)
     assert unproven.returncode == 1 and "EVIDENCE_REQUIRED" in unproven.stderr
     assert cluster.client.view(ref).state is S.ESCALATED
-    resolved = subprocess.run(
-        [*resolve, "--evidence", "billing/inv_81"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    resolved = preload.run(
+        [*resolve, "--evidence", "billing/inv_81"], cwd=ROOT, env=env, timeout=60
+    )
     assert resolved.returncode == 0, resolved.stderr
     closed = cluster.client.view(ref)
     assert closed.state is S.SUCCEEDED and closed.ui_group == "resolved by an operator"
     assert closed.envelope is not None
     assert to_wire(closed.envelope)["verification"]["evidence_ref"] == "billing/inv_81"
-    again = subprocess.run(
+    again = preload.run(
         [sys.executable, "-m", "toolsafe", "escalations", "redrive", ref, "--reason", "x"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT, env=env, timeout=60,
     )  # fmt: skip
     assert again.returncode == 1 and "toolsafe: error:" in again.stderr

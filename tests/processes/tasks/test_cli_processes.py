@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from tests.support.recovery.store_support import escalate as conflict
 from toolsafe.adapters.envelope import ToolError
 from toolsafe.cli.exits import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from toolsafe.cli.main import build_parser
-from toolsafe.harness import free_port
+from toolsafe.harness import free_port, preload
 from toolsafe.recovery.db import migrate
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.policy import ToolTraits
@@ -59,10 +58,9 @@ class World:
     store: StepStore
 
     def run(self, *argv: str, env: Mapping[str, str] | None = None) -> Ran:
-        done = subprocess.run(
+        done = preload.run(
             [sys.executable, "-m", "toolsafe", *argv],
-            cwd=ROOT, env={**self.env, **(env or {})}, capture_output=True, text=True,
-            timeout=60, check=False,
+            cwd=ROOT, env={**self.env, **(env or {})}, timeout=60,
         )  # fmt: skip
         return Ran(done.returncode, done.stdout, done.stderr)
 
