@@ -375,6 +375,13 @@ def child_environ(settings_env: Mapping[str, str]) -> dict[str, str]:
     return {**inherited, **settings_env}
 
 
+def adopt_environ(env: Mapping[str, str]) -> None:
+    """Make ``env`` this process's whole environment: a child forked from a preloaded
+    interpreter (``harness.preload``) taking the one its starter gave it."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
 def _core_variables() -> tuple[str, ...]:
     reader = Reader({})
     _read(reader)

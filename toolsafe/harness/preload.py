@@ -36,6 +36,8 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Final
 
+from toolsafe.settings import adopt_environ, child_environ
+
 MODULES: Final = ("celery", "toolsafe")
 """The ``-m`` targets served from the preloaded interpreter (and their submodules)."""
 
@@ -79,7 +81,7 @@ def enable() -> None:
         if _context is None:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(list(PRELOAD))
-            _base_env.update(os.environ)
+            _base_env.update(child_environ({}))  # the interpreter-level names are all kept
             _context = context
 
 
@@ -216,8 +218,7 @@ def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: s
         opened = os.open(path, flags, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
-    os.environ.clear()
-    os.environ.update(env)
+    adopt_environ(env)
     if cwd is not None:
         os.chdir(cwd)
     _streams(bool(env.get("PYTHONUNBUFFERED")))
