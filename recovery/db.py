@@ -3,19 +3,21 @@ programmatic Alembic upgrade, and the infrastructure retry for dropped connectio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidatePoolError
 
 from toolsafe.recovery.store.errors import FeatureMissing
 
@@ -87,15 +89,17 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def make_engine(url: str | URL, **kwargs: Any) -> Engine:
-    """An engine for this process: ``pool_pre_ping``, its pool dropped in forked children,
-    and on PostgreSQL ``POSTGRES_NETWORK_BOUNDS`` (a partition ends in an error, not a hang).
+    """An engine for this process: ``pool_pre_ping`` (a ping on checkout, skipped inside
+    ``unpinged()``), its pool dropped in forked children, and on PostgreSQL
+    ``POSTGRES_NETWORK_BOUNDS`` (a partition ends in an error, not a hang).
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions, so
     several worker processes can share one file without "database is locked" failures
     halfway through a transaction.
     """
     parsed = normalize_url(url)
-    kwargs.setdefault("pool_pre_ping", True)
+    # The ping is ours (``_ping_on_checkout``), so that an operation may go without it.
+    pre_ping = bool(kwargs.pop("pool_pre_ping", True))
     busy_timeout_ms = SQLITE_BUSY_TIMEOUT_MS
     if parsed.get_backend_name() == "postgresql":
         connect_args = kwargs.setdefault("connect_args", {})
@@ -107,12 +111,55 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
         busy_timeout_ms = int(connect_args["timeout"] * 1000)
     engine = create_engine(parsed, **kwargs)
+    if pre_ping:
+        _ping_on_checkout(engine)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, busy_timeout_ms)
     if engine.dialect.name == "postgresql":
         _read_only_is_disconnect(engine)
     _dispose_after_fork(engine)
     return engine
+
+
+_UNPINGED: ContextVar[bool] = ContextVar("toolsafe_unpinged", default=False)
+_FRESH: Final = "toolsafe_fresh"
+
+
+@contextlib.contextmanager
+def unpinged() -> Iterator[None]:
+    """Connections checked out inside (this thread) are not pinged first: for an
+    operation that ``with_db_retry`` runs again when its connection turns out dead. A
+    connection that died while pooled fails the operation's first statement, which then
+    wrote nothing; SQLAlchemy invalidates the pool and the retry gets a new connection.
+    One round trip less (the submit's hot path, ``StepStore.submit``)."""
+    token = _UNPINGED.set(True)
+    try:
+        yield
+    finally:
+        _UNPINGED.reset(token)
+
+
+def _ping_on_checkout(engine: Engine) -> None:
+    """SQLAlchemy's ``pool_pre_ping``, as a checkout listener: a pooled connection is
+    pinged before it is handed out (not one just opened), and a dead one makes the pool
+    open a new one and drop every connection older than it; inside ``unpinged()`` no
+    ping."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "connect")
+    def _opened(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_FRESH] = True
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.info.pop(_FRESH, False) or _UNPINGED.get():
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as error:
+            if dialect.is_disconnect(error, dbapi_connection, None):
+                raise InvalidatePoolError(f"the ping found the connection lost: {error}") from error
+            raise
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

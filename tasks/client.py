@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from kombu.exceptions import BatchPublishError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from toolsafe import tracing
@@ -23,18 +21,19 @@ from toolsafe.adapters.errors import InvalidInput as InvalidInput
 from toolsafe.adapters.errors import ToolsafeError
 from toolsafe.recovery import reasons as R
 from toolsafe.recovery.outcomes import TransitionRefused
-from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.states import TERMINAL as TERMINAL_STATES
-from toolsafe.recovery.store import Recorded, StepRecord, Submitted
-from toolsafe.recovery.store.submission import in_batch
+from toolsafe.recovery.store import Recorded, StepRecord
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
-from toolsafe.tasks.app import Publisher, ToolsafeApp, create_app, default_app
-from toolsafe.tasks.new_step import canonical_input, check_shape, new_step, sealed
+from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
+from toolsafe.tasks.new_step import canonical_input, check_shape, sealed
 from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime
-from toolsafe.tasks.submit_group import SubmitGroup
+from toolsafe.tasks.submitter import CallSpec as CallSpec
+from toolsafe.tasks.submitter import Submission as Submission
+from toolsafe.tasks.submitter import Submitter, current_view
+from toolsafe.tasks.submitter import ToolCall as ToolCall
 from toolsafe.tasks.views import StepView, build_view
 
 log = logging.getLogger("toolsafe.client")
@@ -54,25 +53,6 @@ class WaitTimeout(ToolsafeError, TimeoutError):
             f"step {self.operation_ref} is still {self.state} after {self.timeout:g}s; "
             "call wait() again or view() it"
         )
-
-
-class ToolCall(NamedTuple):
-    """One call of a batch for :meth:`Client.submit_many` (a plain 2- or 3-tuple works)."""
-
-    tool: str
-    input: Mapping[str, Any]
-    operation_ref: str | None = None
-
-
-CallSpec = ToolCall | tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
-"""A call of a batch: a ``ToolCall`` or a (tool, input[, operation_ref]) tuple."""
-
-
-class Submission(NamedTuple):
-    """A submitted step's view, and whether this call created it (False: a repeat)."""
-
-    view: StepView
-    created: bool
 
 
 class Client:
@@ -99,10 +79,7 @@ class Client:
             runtime, hints = self._app.runtime, self._app.publisher
         self.runtime: Runtime = runtime
         self.hints: Hints = hints
-        window = runtime.settings.store.submit_window
-        self._group = SubmitGroup(window, self._commit_group) if window > 0 else None
-        # The trace context of each call waiting in the group (by id of its NewStep).
-        self._carried: dict[int, dict[str, str]] = {}
+        self._submitter = Submitter(runtime, hints)
 
     @property
     def app(self) -> ToolsafeApp:
@@ -156,10 +133,10 @@ class Client:
         With tracing on, a ``toolsafe.submit`` span, whose context the hint carries.
         """
         if tracing.tracer() is None:
-            return self._submit_call(tool, input, operation_ref, actor)
+            return self._submitter.submit_call(tool, input, operation_ref, actor)
         attributes = {"gen_ai.tool.name": tracing.tool_name(tool), "gen_ai.tool.call.id": None}
         with tracing.span("toolsafe.submit", attributes, kind="producer") as traced:
-            submission = self._submit_call(tool, input, operation_ref, actor)
+            submission = self._submitter.submit_call(tool, input, operation_ref, actor)
             view = submission.view
             traced.set_many(
                 {
@@ -169,76 +146,6 @@ class Client:
                 }
             )
             return submission
-
-    def _submit_call(
-        self, tool: str, input: Mapping[str, Any], operation_ref: str | None, actor: str | None
-    ) -> Submission:
-        call = new_step(self.runtime, tool, input, operation_ref)
-        group = self._group
-        if group is None:
-            return self._submit_alone(call, actor)
-        with group.entered() as others:
-            if not others:  # nobody else is submitting: no one to share a commit with
-                return self._submit_alone(call, actor)
-            # Committed (and its hint published) with the others, or None: that shared
-            # transaction failed, nothing of it committed, and this call goes alone.
-            # The leader publishes every hint: each carries its own submitter's trace.
-            carried = tracing.headers()
-            if carried:
-                self._carried[id(call)] = carried
-            try:
-                shared = group.submit(call, actor)
-            finally:
-                self._carried.pop(id(call), None)
-        if shared is None:
-            return self._submit_alone(call, actor)
-        if shared.event is not None:
-            return Submission(build_view(shared.step, (shared.event,)), True)
-        return self._repeated(shared.step, self.runtime.now())
-
-    def _commit_group(self, calls: Sequence[NewStep], actor: str | None) -> list[Submitted]:
-        """The shared transaction of concurrent submits (``SubmitGroup``'s leader runs
-        it): ``submit_many``'s one commit, then the new steps' hints in one batch."""
-        runtime = self.runtime
-        now = self.runtime.now()
-        submitted = runtime.store.submit_many(calls, now=now, published_at=now, actor=actor)
-        for one in submitted:
-            runtime.faults.hit("after_submit_commit", one.step.operation_ref)
-        created = [(call, one) for call, one in zip(calls, submitted, strict=True) if one.created]
-        carried = (
-            [self._carried.get(id(call), {}) for call, _ in created] if self._carried else None
-        )
-        self._publish_many(
-            [(one.step.operation_ref, one.step.tool) for _, one in created], now, carried
-        )
-        return submitted
-
-    def _submit_alone(self, call: NewStep, actor: str | None) -> Submission:
-        runtime = self.runtime
-        tool, operation_ref = call.tool, call.operation_ref
-        now = self.runtime.now()
-        # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
-        # hint published right after. Should that publish be lost, the sweeper
-        # re-publishes once ``republish_after`` has passed since the stamp (R7).
-        submitted = runtime.store.submit(
-            tool,
-            call.input,
-            operation_ref=operation_ref,
-            policy=call.policy,
-            now=now,
-            published_at=now,
-            digest=call.digest,
-            equivalent_hashes=call.equivalent_hashes,
-            same_input=call.same_input,
-            actor=actor,
-        )
-        step = submitted.step
-        runtime.faults.hit("after_submit_commit", step.operation_ref)
-        if submitted.event is not None:
-            self._publish_after_commit(step.operation_ref, now, step.tool)
-            # Nothing happened to a new step yet: its only event is the one just written.
-            return Submission(build_view(step, (submitted.event,)), True)
-        return self._repeated(step, now)
 
     def submit_many(
         self, calls: Iterable[CallSpec], *, actor: str | None = None
@@ -253,87 +160,10 @@ class Client:
         (``UnknownToolError``, ``InvalidInput``, ``InvalidOperationRef``, a conflict)
         raises with a note naming it, and then nothing of the batch is committed.
         """
-        runtime = self.runtime
-        prepared: list[NewStep] = []
-        for index, (tool, input, *rest) in enumerate(calls):
-            operation_ref = rest[0] if rest else None
-            try:
-                prepared.append(new_step(self.runtime, tool, input, operation_ref))
-            except ToolsafeError as error:
-                in_batch(error, index)
-                raise
-        now = self.runtime.now()
-        submitted = runtime.store.submit_many(prepared, now=now, published_at=now, actor=actor)
-        for one in submitted:
-            runtime.faults.hit("after_submit_commit", one.step.operation_ref)
-        self._publish_many(
-            [(one.step.operation_ref, one.step.tool) for one in submitted if one.created], now
-        )
-        return [
-            Submission(build_view(one.step, (one.event,)), True)
-            if one.event is not None
-            else self._repeated(one.step, now)
-            for one in submitted
-        ]
-
-    def _repeated(self, step: StepRecord, now: datetime) -> Submission:
-        """A repeat of a stored step: an earlier submitter committed it but may have died
-        before publishing, so an unpublished pending step is published now."""
-        if (
-            step.state is StepState.PENDING
-            and self._unpublished(step, now)
-            and self._publish_after_commit(step.operation_ref, now, step.tool)
-        ):
-            self.runtime.store.mark_published(step.operation_ref, self.runtime.now())
-        return Submission(self.view(step.operation_ref), False)
-
-    def _publish_many(
-        self,
-        steps: Sequence[tuple[str, str]],
-        now: datetime,
-        carried: Sequence[Mapping[str, str]] | None = None,
-    ) -> None:
-        """The hints of steps just committed (operation_ref, tool); one producer for all
-        through the Celery publisher. A broker that refuses leaves the rest to the sweeper
-        (R7). ``carried``: each step's trace context, when its submitter is not this
-        thread (a group commit's)."""
-        if not steps:
-            return
-        if not isinstance(self.hints, Publisher):
-            for ref, tool in steps:
-                self._publish_after_commit(ref, now, tool)
-            return
-        try:
-            self.hints.execute_many(steps, carried)
-        except (KombuOperationalError, BatchPublishError, OSError) as error:
-            log.warning(
-                "steps committed, hints not all published (the sweeper will): %s",
-                type(error).__name__,
-                extra={"event": "publish_deferred", "operation_ref": steps[0][0]},
-            )
-
-    def _publish_after_commit(self, operation_ref: str, now: datetime, tool: str) -> bool:
-        try:
-            # False: the publisher left it to the sweeper (the CLI's, when the broker is down).
-            return self.hints.execute(operation_ref, None, now, tool=tool)
-        except (KombuOperationalError, OSError) as error:
-            log.warning(
-                "step committed, hint not published (the sweeper will): %s",
-                type(error).__name__,
-                extra={"event": "publish_deferred", "operation_ref": operation_ref},
-            )
-            return False
-
-    def _unpublished(self, step: StepRecord, now: datetime) -> bool:
-        """No hint, or none recent enough to trust, was published for the step."""
-        if step.published_at is None:
-            return True
-        waited = timedelta(seconds=self.runtime.settings.sweep.republish_after)
-        return step.published_at <= now - waited
+        return self._submitter.submit_many(calls, actor)
 
     def view(self, operation_ref: str) -> StepView:
-        store = self.runtime.store
-        return build_view(store.get(operation_ref), store.events(operation_ref))
+        return current_view(self.runtime.store, operation_ref)
 
     def settle(self, operation_ref: str, timeout: float) -> StepView:
         """The view once the step needs the agent (input, approval) or is terminal, or

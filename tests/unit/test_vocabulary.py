@@ -57,6 +57,7 @@ NOT_CODES: Final[Mapping[str, str]] = {
     "BEGIN": "SQL",
     "MATERIALIZED": "SQL",
     "CASCADE": "SQL",
+    "AUTOCOMMIT": "SQLAlchemy's isolation level for a DBAPI connection in autocommit",
     "NFKC": "a Unicode normal form",
     "SIGKILL": "a signal's name in the chaos report",
     "PYTHONUNBUFFERED": "Python's own environment variable",

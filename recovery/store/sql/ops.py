@@ -97,6 +97,12 @@ def _insert_statement(dialect_name: str) -> Select[Any] | Insert:
 _INSERT: dict[str, Select[Any] | Insert] = {}
 
 
+def inserts_in_one_statement(dialect_name: str) -> bool:
+    """Whether ``insert_step`` writes the step and its event in ONE statement (so the
+    statement may run as its own transaction: ``StepSubmits.submit``)."""
+    return dialect_name == "postgresql"
+
+
 def insert_step(
     conn: Connection,
     *,
@@ -140,10 +146,9 @@ def insert_step(
         "created_at": now,
         "updated_at": now,
     }
-    one_statement = name == "postgresql"
+    one_statement = inserts_in_one_statement(name)
     if one_statement:
         parameters.update(event_parameters(change, None, now))
-    if one_statement:
         row = compiled_for(statement, conn.dialect).first(conn, parameters)
     else:
         row = conn.execute(statement, parameters).first()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -29,11 +29,9 @@ from toolsafe.recovery.records import (
     CountSources,
     EventRecord,
     EventSummary,
-    NewStep,
     Recorded,
     StepRecord,
     StepSummary,
-    Submitted,
     event_record,
     step_record,
 )
@@ -41,22 +39,16 @@ from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
-from toolsafe.recovery.store.errors import OperationRefConflict, StepNotFound
+from toolsafe.recovery.store.errors import StepNotFound
 from toolsafe.recovery.store.shared import Jitter, needs_step
 from toolsafe.recovery.store.sql import leases as leases
 from toolsafe.recovery.store.sql import ops as ops
 from toolsafe.recovery.store.sql import outbox as outbox
 from toolsafe.recovery.store.sql import statements as sql
 from toolsafe.recovery.store.sql import sweep as sweep
-from toolsafe.recovery.store.sql.batch import insert_steps
 from toolsafe.recovery.store.sql.feed import ChangeFeed
-from toolsafe.recovery.store.submission import (
-    check_repeat,
-    checked_batch,
-    checked_submission,
-    in_batch,
-    valid_operation_ref,
-)
+from toolsafe.recovery.store.sql.submits import StepSubmits
+from toolsafe.recovery.store.submission import valid_operation_ref
 
 if TYPE_CHECKING:
     from toolsafe.recovery.store.plan import Step
@@ -89,7 +81,7 @@ def _summaries(conn: Connection, prefix: str | None) -> list[StepSummary]:
     ]
 
 
-class StepStore(StepActions):
+class StepStore(StepSubmits, StepActions):
     """SQLAlchemy implementation over PostgreSQL or SQLite (see ``toolsafe.recovery.db``).
 
     Every method is one transaction, run again by :func:`toolsafe.recovery.db.with_db_retry`
@@ -131,92 +123,6 @@ class StepStore(StepActions):
         return with_db_retry(attempt)
 
     # -------------------------------------------------------------- submit and read
-
-    def submit(
-        self,
-        tool: str,
-        input: Mapping[str, Any],
-        *,
-        operation_ref: str | None,
-        policy: Policy,
-        now: datetime,
-        published_at: datetime | None = None,
-        digest: str | None = None,
-        equivalent_hashes: Collection[str] = (),
-        same_input: Callable[[dict[str, Any]], bool] | None = None,
-        actor: str | None = None,
-    ) -> Submitted:
-        """Commit a ``pending`` step due now, with its ``submitted`` event (None when the
-        ref existed: the existing step comes back). Idempotent by operation_ref; another
-        tool or input under it raises ``OperationRefConflict`` (R2). ``published_at``
-        stamps the hint the caller publishes after the commit; a lost one is re-published
-        by the sweeper after ``republish_after`` (R7).
-
-        ``input`` is stored as given: the client passes the adapter's canonical form, so
-        its hash (``digest``, computed here unless given: secret fields are hashed by the
-        caller, who holds the key) decides whether a repeat is the same call;
-        ``equivalent_hashes`` are other hashes of the same call (under an older key, or
-        of the raw input for steps stored before inputs were canonical); when none
-        matches, ``same_input`` may still recognise the stored input (a secret sealed
-        under a key whose hash can no longer be computed). ``actor`` (who submitted) goes
-        into the ``submitted`` event."""
-        ref, stored_hash = checked_submission(tool, input, operation_ref, digest)
-
-        def work(conn: Connection) -> tuple[StepRecord, EventRecord | None]:
-            return ops.insert_step(
-                conn,
-                tool=tool,
-                input=input,
-                input_hash=stored_hash,
-                operation_ref=ref,
-                max_attempts=policy.retry.max_attempts,
-                now=now,
-                published_at=published_at,
-                actor=actor,
-            )
-
-        step, event = self._write(work)
-        if event is None:
-            check_repeat(ref, step, tool, stored_hash, equivalent_hashes, same_input)
-        return Submitted(step, event)
-
-    def submit_many(
-        self,
-        calls: Sequence[NewStep],
-        *,
-        now: datetime,
-        published_at: datetime | None = None,
-        actor: str | None = None,
-    ) -> list[Submitted]:
-        """``submit`` for many calls in ONE transaction, in order: each new step with its
-        ``submitted`` event, each repeat as the stored step (no event). The same rules as
-        ``submit`` for every call; a refused call (a bad ref or input, a conflict with a
-        stored step or an earlier call of the batch) raises with a note naming it, and
-        then nothing of the batch is committed."""
-        checked = checked_batch(calls)
-        if not checked:
-            return []
-
-        batch = [(call, ref, digest) for call, (ref, digest) in zip(calls, checked, strict=True)]
-
-        def work(conn: Connection) -> list[Submitted]:
-            inserted = insert_steps(conn, batch, now=now, published_at=published_at, actor=actor)
-            submitted: list[Submitted] = []
-            for index, ((call, ref, digest), (step, event)) in enumerate(
-                zip(batch, inserted, strict=True)
-            ):
-                if event is None:
-                    try:
-                        check_repeat(
-                            ref, step, call.tool, digest, call.equivalent_hashes, call.same_input
-                        )
-                    except OperationRefConflict as error:
-                        in_batch(error, index)
-                        raise
-                submitted.append(Submitted(step, event))
-            return submitted
-
-        return self._write(work)
 
     def get(self, operation_ref: str) -> StepRecord:
         if not valid_operation_ref(operation_ref):

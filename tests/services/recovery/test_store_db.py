@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
+from tests.support.recovery.databases import end_connections
 from tests.support.recovery.store_support import (
     LEASE,
     POLICY,
@@ -19,7 +20,7 @@ from tests.support.recovery.store_support import (
     force,
     retry_later,
 )
-from toolsafe.recovery.db import make_engine, normalize_url, with_db_retry
+from toolsafe.recovery.db import make_engine, normalize_url, unpinged, with_db_retry
 from toolsafe.recovery.outcomes import Executed
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.sql import StepStore
@@ -227,3 +228,48 @@ def test_a_compiled_statement_raises_and_retries_as_sqlalchemy_does(
 
     assert with_db_retry(operation, sleep=lambda _: None) == 42
     assert len(calls) == 2
+
+
+# ------------------------------------------------------------------ the ping on checkout
+
+
+@pytest.mark.postgres
+def test_a_pooled_connection_is_pinged_unless_its_caller_retries(store_pg_url: str) -> None:
+    engine = make_engine(store_pg_url, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        end_connections(store_pg_url)
+        # The ping finds the pooled connection dead and the pool opens a new one.
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT 41 + 1")).scalar_one() == 42
+        end_connections(store_pg_url)
+        # Unpinged, the dead connection fails the first statement, as a lost connection
+        # (with_db_retry's cue), and the next checkout has a new one.
+        with pytest.raises(DBAPIError) as raised, unpinged(), engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        assert raised.value.connection_invalidated
+        with unpinged(), engine.connect() as conn:
+            assert conn.execute(text("SELECT 41 + 1")).scalar_one() == 42
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_engine_without_the_ping_does_not_ping(store_pg_url: str) -> None:
+    engine = make_engine(store_pg_url, pool_pre_ping=False, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        end_connections(store_pg_url)
+        calls: list[int] = []
+
+        def operation() -> int:
+            calls.append(1)
+            with engine.connect() as conn:
+                return int(conn.execute(text("SELECT 41 + 1")).scalar_one())
+
+        assert with_db_retry(operation, sleep=lambda _: None) == 42
+        assert len(calls) == 2
+    finally:
+        engine.dispose()

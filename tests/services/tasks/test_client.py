@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from kombu.exceptions import BatchPublishError
 
 from tests.support.fixtures import invalid_recipient_address
 from tests.support.pipeline.harness import FAST_SETTINGS, Cluster, cluster_for, new_ref
@@ -23,6 +24,7 @@ from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
 from toolsafe.recovery.store.sql import StepStore
+from toolsafe.tasks.app import Publisher
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
 from toolsafe.tasks.runtime import utcnow
@@ -79,6 +81,30 @@ def test_submit_commits_then_publishes_once(cluster: Cluster, redis_url: str) ->
     # Idempotent by operation_ref: the same call again publishes nothing new.
     again = cluster.client.submit("create_invoice", dict(INVOICE), operation_ref=ref)
     assert again.operation_ref == ref
+    assert _queued(redis_url, ref) == 1
+
+
+class _BatchRefused(Publisher):
+    """The real publisher, whose batches the broker refuses (as in a Redis blip)."""
+
+    def execute_many(
+        self,
+        steps: Sequence[tuple[str, str]],
+        carried: Sequence[Mapping[str, str]] | None = None,
+    ) -> None:
+        raise BatchPublishError("Redis publish batch failed; delivery is uncertain")
+
+
+def test_a_submit_whose_hint_batch_fails_publishes_it_the_plain_way(
+    cluster: Cluster, redis_url: str
+) -> None:
+    # A single submit's hint goes out as a batch of one (one round trip); a batch is
+    # not retried by kombu, so a failed one is published again through send_task.
+    app = cluster.client.app
+    client = Client(runtime=app.runtime, hints=_BatchRefused(app, app.settings, app.runtime.clock))
+    ref = new_ref("client/batch-refused")
+    view = client.submit("create_invoice", INVOICE, operation_ref=ref)
+    assert view.state is StepState.PENDING
     assert _queued(redis_url, ref) == 1
 
 

@@ -27,3 +27,15 @@ def own_database(pg_url: str, suffix: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def end_connections(url: str) -> int:
+    """End every session of ``url``'s database but the one asking (as a PostgreSQL
+    restart would end them), from a connection outside any pool; how many it ended."""
+    plain = normalize_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return 0 if ended is None else int(ended[0])
