@@ -59,7 +59,8 @@ class Clock:
     """The database's time as this process sees it: local time + measured offset.
 
     ``read`` returns the database's time (or None: same clock, offset 0, never measured
-    again); ``local`` and ``monotonic`` are this process's clocks (injected in tests).
+    again); ``local`` and ``monotonic`` are this process's clocks and ``sleep`` waits on
+    them (all three injected in tests).
     Thread-safe: one thread measures while the others go on with the last offset.
     """
 
@@ -72,6 +73,7 @@ class Clock:
         samples: int = SAMPLES,
         local: Callable[[], datetime] = local_now,
         monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._read = read
         self.every = every
@@ -79,6 +81,7 @@ class Clock:
         self.samples = max(samples, 1)
         self._local = local
         self._monotonic = monotonic
+        self._sleep = sleep
         self._offset = timedelta(0)
         self._uncertainty = timedelta(0)  # half the kept sample's round trip
         self._logged = timedelta(0)
@@ -99,6 +102,10 @@ class Clock:
             self._measure_when_due()
         return self._local() + self._offset
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this process's clocks."""
+        self._sleep(seconds)
+
     def to_database(self, local: datetime) -> datetime:
         """A time this process's clock produced, on the database's."""
         return local + self._offset
@@ -114,10 +121,13 @@ class Clock:
 
     def local_eta(self, due: datetime) -> datetime:
         """A Celery ETA for ``due`` (a database time) on this process's clock, which
-        the consumer compares with its own: late by up to two measurement errors (this
-        process's and a consumer's, measured alike) so never early by either; a hint
-        that still comes early is refused by the claim (R6)."""
-        return due - self._offset + 2 * self._uncertainty
+        the consumer compares with its own: the best estimate, with no margin. It may
+        arrive early by up to two measurement errors (this process's and a consumer's,
+        each up to :attr:`uncertainty`); the claim then finds the step due within that
+        and the worker waits out the rest (``tasks/early.py``), so the call never runs
+        early (the claim still refuses it, R6) and is not late by a margin either. A
+        hint early by more than that is refused, and the sweeper sends it again."""
+        return due - self._offset
 
     def measure(self) -> bool:
         """Measure the offset now; False (the last offset kept, one line logged) when
