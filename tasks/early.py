@@ -3,8 +3,9 @@ out the rest in the worker and claims once more, instead of leaving the step to 
 sweeper for seconds.
 
 A hint's ETA goes out at the publisher's best estimate of the due time on its own clock
-(``Clock.local_eta``), so it may arrive early by the two processes' errors in measuring
-the database's clock. The database still refuses every early claim (R6): the store
+(``Clock.local_eta``; later only by what its uncertainty exceeds half the early
+allowance), so it may arrive early by the two processes' errors in measuring the
+database's clock. The database still refuses every early claim (R6): the store
 answers the refusal with the step's ``due_at`` (``Refused``), and only when that is at
 most :func:`bound` ahead does the worker wait. The second claim gets its own answer: the
 step may have moved meanwhile (claimed elsewhere, rescheduled, cancelled).
@@ -15,27 +16,20 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import Final
 
 from toolsafe import tracing
 from toolsafe.recovery.reasons import NOOP_NOT_DUE
 from toolsafe.recovery.records import Claim, ClaimKind, Refused
+from toolsafe.tasks.clock import early_bound
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.pipeline")
 
-ALLOWANCE: Final = timedelta(milliseconds=5)
-"""How early a hint may be, beyond the clocks' measured uncertainty, and still be waited
-for: the clocks' drift between two measurements (``clock.MEASURE_EVERY``) and the
-consuming worker's timer. A few milliseconds, because the wait holds a pool slot (a
-prefork process, a thread) and runs inside the task's time limit."""
-
 
 def bound(uncertainty: timedelta) -> timedelta:
-    """The longest an early hint is waited for: twice ``uncertainty`` (the publisher's
-    error and this process's, each up to half a measurement's round trip, measured alike:
-    ``Clock.uncertainty``) plus :data:`ALLOWANCE`."""
-    return 2 * max(uncertainty, timedelta(0)) + ALLOWANCE
+    """The longest an early hint is waited for: ``clock.early_bound``, twice this
+    process's ``uncertainty`` plus ``clock.EARLY_ALLOWANCE``."""
+    return early_bound(uncertainty)
 
 
 def wait_until(refused: Refused, claimed_at: datetime, uncertainty: timedelta) -> datetime | None:

@@ -6,7 +6,7 @@ once, at or after its due time on the database's clock, and never waits for a sw
 There is no sweeper here at all (no beat): a hint refused as early, as every early hint
 was before, would leave its step pending for good. Each step is committed due a moment
 ahead with no hint, then one hint is sent with an ETA :data:`EARLY` before that due
-time, inside the wait's bound whatever the clocks' uncertainty (``early.ALLOWANCE``).
+time, inside the wait's bound whatever the clocks' uncertainty (``EARLY_ALLOWANCE``).
 Whether a hint is still early when its claim runs depends on the worker's timer and
 pool on a machine shared with others; batches are sent until one was (the promise is
 asserted of every step either way)."""
@@ -23,14 +23,14 @@ from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import ESCALATION_QUEUE, EXECUTE_QUEUE, EXECUTE_TASK, VERIFY_QUEUE
 from toolsafe.recovery.reasons import NOOP_NOT_DUE
 from toolsafe.recovery.states import TERMINAL, StepState
-from toolsafe.tasks import early
+from toolsafe.tasks.clock import EARLY_ALLOWANCE
 from toolsafe.tasks.new_step import new_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 S = StepState
 INVOICE = {"customer_id": "cus_early", "amount_cents": 1200, "currency": "EUR"}
-EARLY = early.ALLOWANCE * 0.9  # ahead of the due time, within the bound
+EARLY = EARLY_ALLOWANCE * 0.9  # ahead of the due time, within any worker's bound
 AHEAD = timedelta(seconds=0.5)  # the first due time, from when a batch is sent
 APART = timedelta(milliseconds=40)  # between two steps' due times
 BATCH = 4

@@ -29,7 +29,7 @@ from toolsafe.recovery.rows import claim_refused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.tasks import early, pipeline
-from toolsafe.tasks.clock import Clock
+from toolsafe.tasks.clock import EARLY_ALLOWANCE, Clock, early_bound, eta_margin
 from toolsafe.tasks.runtime import Runtime
 
 S = StepState
@@ -40,11 +40,33 @@ LEASE = timedelta(seconds=30)
 
 
 def test_the_bound_is_twice_the_uncertainty_plus_the_allowance() -> None:
-    assert early.ALLOWANCE == 5 * MS  # a few milliseconds: the wait holds a pool slot
-    assert early.bound(timedelta(0)) == early.ALLOWANCE
-    assert early.bound(0.4 * MS) == 0.8 * MS + early.ALLOWANCE
+    assert EARLY_ALLOWANCE == 5 * MS  # a few milliseconds: the wait holds a pool slot
+    assert early.bound(timedelta(0)) == EARLY_ALLOWANCE
+    assert early.bound(0.4 * MS) == 0.8 * MS + EARLY_ALLOWANCE
     # An uncertainty is never negative; were one handed in, it would not shorten the bound.
-    assert early.bound(-MS) == early.ALLOWANCE
+    assert early.bound(-MS) == EARLY_ALLOWANCE
+
+
+def test_a_publisher_adds_only_what_its_uncertainty_exceeds_half_the_allowance() -> None:
+    assert eta_margin(timedelta(0)) == eta_margin(2 * MS) == timedelta(0)  # quiet: none
+    assert eta_margin(EARLY_ALLOWANCE / 2) == timedelta(0)
+    assert eta_margin(30 * MS) == 30 * MS - EARLY_ALLOWANCE / 2  # a loaded measurement
+
+
+@given(
+    publisher=st.integers(0, 200_000).map(lambda us: timedelta(microseconds=us)),
+    consumer=st.integers(0, 200_000).map(lambda us: timedelta(microseconds=us)),
+)
+def test_a_hint_is_never_early_by_more_than_its_consumer_waits_out(
+    publisher: timedelta, consumer: timedelta
+) -> None:
+    """However unlike the two measurements: a hint sent ``eta_margin`` after the
+    publisher's estimate, which is off by up to its uncertainty, and judged by a consumer
+    off by up to its own, is early by at most half the allowance plus the consumer's
+    error: inside the consumer's bound, with half the allowance left for drift."""
+    earliest = publisher - eta_margin(publisher) + consumer
+    assert earliest <= consumer + EARLY_ALLOWANCE / 2
+    assert earliest + EARLY_ALLOWANCE / 2 <= early_bound(consumer) == early.bound(consumer)
 
 
 def test_an_early_hint_within_the_bound_waits_for_its_due_time() -> None:
