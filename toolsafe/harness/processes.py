@@ -59,18 +59,17 @@ class Process:
         self.popen: subprocess.Popen[bytes] | preload.Preloaded
         if preload.eligible(self.argv, self.env):
             self.popen = preload.Preloaded(self.argv, env=self.env, cwd=cwd, log_path=log_path)
-            self.started = time.monotonic()
-            return
-        with log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
-            self.popen = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=cwd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        else:
+            with log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
+                self.popen = subprocess.Popen(
+                    self.argv,
+                    env=self.env,
+                    cwd=cwd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
         self.started = time.monotonic()
 
     def __repr__(self) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -16,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from toolsafe.gateway.cli import free_port
-from toolsafe.harness import preload
+from toolsafe.harness import Process
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
@@ -30,7 +28,7 @@ class GatewayServer:
     log: Path
     port: int
     extra_args: tuple[str, ...] = ()
-    process: subprocess.Popen[bytes] | preload.Preloaded | None = None
+    process: Process | None = None
 
     @property
     def url(self) -> str:
@@ -40,22 +38,13 @@ class GatewayServer:
         command = [sys.executable, "-m", "toolsafe", "serve", "--port", str(self.port)]
         command += self.extra_args
         env = {**os.environ, **self.env}
-        if preload.eligible(command, env):
-            directory = self.log.parent
-            self.process = preload.Preloaded(command, env=env, cwd=directory, log_path=self.log)
-        else:
-            with self.log.open("ab") as out:
-                self.process = subprocess.Popen(
-                    command,
-                    cwd=self.log.parent,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+        # The harness's child: a process group of its own, preloaded when it can be.
+        self.process = Process(
+            self.log.stem, command, env=env, log_path=self.log, cwd=self.log.parent
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if not self.process.alive():
                 break
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
@@ -67,17 +56,15 @@ class GatewayServer:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and self.process.alive()
 
     def wait_exit(self, timeout: float = 15.0) -> int:
         assert self.process is not None
-        return self.process.wait(timeout)
+        return self.process.popen.wait(timeout)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        if self.process is not None and self.process.alive():
+            self.process.kill()
 
 
 @contextlib.contextmanager
