@@ -30,9 +30,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from toolsafe.recovery.guards import EXECUTION
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.records import ClaimKind, EventRecord, Refused, StepRecord, step_record
+from toolsafe.recovery.reasons import NOOP_CLAIMED
+from toolsafe.recovery.records import EventRecord, StepRecord, step_record
 from toolsafe.recovery.rows import (
-    claim_refused,
     execution_refusal,
     json_ready,
     updated_record,
@@ -321,9 +321,8 @@ def _claim_fast(
 
 def claim_execution(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
-) -> Row[Any] | Refused:
-    """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3); or why
-    not, with a ``noop`` event."""
+) -> Row[Any] | None:
+    """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3)."""
     if conn.dialect.name == "postgresql":
         claimed = _claim_fast(conn, operation_ref, owner, lease, now)
         if claimed is not None:
@@ -347,14 +346,14 @@ def claim_execution(
         # This very claim committed before the connection dropped and the
         # infrastructure retry ran it again: it is ours.
         return current
-    return _noop(conn, operation_ref, current, now, "execute")
+    _noop(conn, operation_ref, current, now, "execute", execution_refusal(current, now))
+    return None
 
 
 def claim_verification(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
-) -> Row[Any] | Refused:
-    """A due ``verifying`` step with no live lease gets one; the state stays verifying.
-    Or why not, with a ``noop`` event."""
+) -> Row[Any] | None:
+    """A due ``verifying`` step with no live lease gets one; the state stays verifying."""
     current = fetch(conn, operation_ref)
     refusal = verification_refusal(current, now)
     if refusal is None and current is not None:
@@ -378,6 +377,7 @@ def claim_verification(
         if row is not None:
             return row
         current = fetch(conn, operation_ref)
+        refusal = verification_refusal(current, now)
     if (
         current is not None
         and current.state == S.VERIFYING.value
@@ -385,7 +385,8 @@ def claim_verification(
         and current.lease_expires_at == now + lease
     ):
         return current  # the retried claim had committed: it is ours
-    return _noop(conn, operation_ref, current, now, "verify")
+    _noop(conn, operation_ref, current, now, "verify", refusal)
+    return None
 
 
 def _noop(
@@ -393,11 +394,10 @@ def _noop(
     operation_ref: str,
     current: Row[Any] | None,
     now: datetime,
-    claim: ClaimKind,
-) -> Refused:
-    """Record a claim that did not happen and why (duplicate writes prevented); the why
-    is the answer, with the due time of an early hint."""
-    refused = claim_refused(claim, current, now)
+    claim: str,
+    reason: str | None,
+) -> None:
+    """Record a claim that did not happen and why: duplicate writes prevented."""
     state = None if current is None else current.state
     append_event(
         conn,
@@ -409,9 +409,8 @@ def _noop(
         to_state=state,
         label=f"{claim} claim refused",
         # A guard that passed a moment ago and lost the race names the winner's state.
-        detail={"claim": claim, "reason": refused.reason},
+        detail={"claim": claim, "reason": reason or NOOP_CLAIMED},
     )
-    return refused
 
 
 # ------------------------------------------------------------------ outcomes
