@@ -136,11 +136,14 @@ def test_a_flood_of_bad_tokens_does_not_slow_a_good_agent(tmp_path: Path) -> Non
         for status, count in phase["statuses"].items():
             statuses[status] = statuses.get(status, 0) + count
     # Every bad token answered: 401 while each key id's failures are counted (requests
-    # with the same token share a verification under way), then 429 without scrypt.
+    # with the same token share a verification under way, so on a loaded machine the
+    # last counted ones may still be answering in the next phase), then 429 without
+    # scrypt: once a phase is refused whole, the window holds for the rest of the run.
     assert sum(statuses.values()) == BAD_TOKENS, figures
     assert set(statuses) <= {"401", "429"}, figures
-    first = next((n for n, phase in enumerate(phases) if "429" in phase["statuses"]), PHASES)
-    assert all(set(phase["statuses"]) == {"429"} for phase in phases[first + 1 :]), figures
+    refused = [set(phase["statuses"]) == {"429"} for phase in phases]
+    assert True in refused, f"no phase was refused whole: {figures}"
+    assert all(refused[refused.index(True) :]), figures
 
 
 def _p50_ms(samples: list[tuple[float, float]], phase: dict[str, float]) -> float:

@@ -24,6 +24,7 @@ from toolsafe.harness import preload
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.schema import api_keys
 from toolsafe.recovery.states import StepState
+from toolsafe.recovery.store.keys import TOKEN_PATTERN
 from toolsafe.recovery.store.sql.workers import WorkerRegistry
 from toolsafe.tasks.runtime import utcnow
 
@@ -114,8 +115,10 @@ def test_keys_from_the_cli_and_the_gateway_on_sqlite_with_workers(
         with engine.connect() as conn:
             row = conn.execute(select(api_keys)).one()
         engine.dispose()
-        secret = token.rsplit("_", 1)[1]
-        assert secret not in row.secret_hash and len(row.salt) == 32
+        matched = TOKEN_PATTERN.match(token)
+        assert matched is not None and matched[1] == row.key_id, token
+        # the secret may hold "_" itself: the pattern, not a split, finds it
+        assert matched[2] not in row.secret_hash and len(row.salt) == 32
         again = _toolsafe(
             "keys", "create", "--name", "cli-agent", "--scope", "agent", env=env, cwd=tmp_path
         )

@@ -28,6 +28,7 @@ from toolsafe.recovery.store import StepNotFound
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 INVOICE = {"customer_id": "cus_oa", "amount_cents": 1200, "currency": "EUR"}
+RETRY_AFTER = 4  # seconds the downstream asks a rate-limited call to wait
 Step = Callable[[list[dict[str, Any]]], list[TResponseOutputItem]]
 
 
@@ -198,7 +199,15 @@ def test_a_step_still_waiting_to_retry_is_reported_in_progress_not_as_an_error(
 ) -> None:
     tools = ToolsafeTools(processes.aio("first"), scope="oa_run_4", wait=0.5)
     ref = processes.scoped(tools.operation_ref("call_rl1"))
-    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=2)
+    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=RETRY_AFTER)
+    # The call is made once already and waiting to retry when the agent's tool asks (its
+    # submit is a repeat, R2), so what the tool answers does not hang on how soon a
+    # loaded worker made the first attempt: the retry is seconds away, the answer 0.5 s.
+    processes.local("first").submit("create_invoice", INVOICE, ref)
+    store = cluster.client.runtime.store
+    cluster.wait_for(
+        lambda: store.get(ref).state is StepState.WAITING_RETRY, what="the rate-limited attempt"
+    )
     model = ScriptedModel(
         [lambda seen: [call("create_invoice", INVOICE, "call_rl1")],
          lambda seen: [say("It will be retried.")]]
