@@ -44,29 +44,25 @@ SAMPLES: Final = 2
 """Reads per measurement; the shortest round trip's is kept."""
 NOTABLE: Final = timedelta(seconds=1)
 """An offset this large (or a change this large) is logged."""
-EARLY_ALLOWANCE: Final = timedelta(milliseconds=5)
-"""How early an ETA hint may arrive, beyond the measured uncertainties, and still be
-waited for by the worker that takes it (``tasks/early.py``): the clocks' drift between
-two measurements (:data:`MEASURE_EVERY`) and the consuming worker's timer. A few
-milliseconds, because the wait holds a pool slot (a prefork process, a thread) and runs
-inside the task's time limit."""
 
 
-def early_bound(uncertainty: timedelta) -> timedelta:
+def early_bound(uncertainty: timedelta, allowance: timedelta) -> timedelta:
     """The longest a worker whose clock has ``uncertainty`` waits out an early hint:
-    twice that (its own error and the publisher's, measured alike) plus
-    :data:`EARLY_ALLOWANCE`."""
-    return 2 * max(uncertainty, timedelta(0)) + EARLY_ALLOWANCE
+    twice that (its own error and the publisher's, measured alike) plus ``allowance``
+    (``settings.calls.early_wait``: the clocks' drift between two measurements and the
+    consuming worker's timer)."""
+    return 2 * max(uncertainty, timedelta(0)) + allowance
 
 
-def eta_margin(uncertainty: timedelta) -> timedelta:
+def eta_margin(uncertainty: timedelta, allowance: timedelta) -> timedelta:
     """How much later than its best estimate a publisher whose clock has
-    ``uncertainty`` sends an ETA: what exceeds half of :data:`EARLY_ALLOWANCE`
-    (nothing while its measurement's round trip is under 5 ms). A hint is then early by
-    at most half the allowance plus the consumer's own error, inside any consumer's
-    :func:`early_bound` with room to spare, however unlike the two measurements were
-    (a publisher measured on a loaded machine, a consumer on a quiet one)."""
-    return max(uncertainty - EARLY_ALLOWANCE / 2, timedelta(0))
+    ``uncertainty`` sends an ETA: what exceeds half of ``allowance`` (nothing while its
+    measurement's round trip is under the allowance: under 5 ms by default). A hint is
+    then early by at most half the allowance plus the consumer's own error, inside the
+    :func:`early_bound` of any consumer with the same allowance, with room to spare,
+    however unlike the two measurements were (a publisher measured on a loaded machine,
+    a consumer on a quiet one)."""
+    return max(uncertainty - allowance / 2, timedelta(0))
 
 
 def local_now() -> datetime:
@@ -142,17 +138,18 @@ class Clock:
         """A database time on this process's clock."""
         return database - self._offset
 
-    def local_eta(self, due: datetime) -> datetime:
+    def local_eta(self, due: datetime, allowance: timedelta) -> datetime:
         """A Celery ETA for ``due`` (a database time) on this process's clock, which
         the consumer compares with its own: the best estimate, later only by what this
-        process's :attr:`uncertainty` exceeds half the early allowance
-        (:func:`eta_margin`: nothing on a quiet machine). It may arrive early by up to
-        that half allowance plus the consumer's own error; the claim then finds the step
-        due within the consumer's :func:`early_bound` and the worker waits out the rest
-        (``tasks/early.py``), so the call never runs early (the claim still refuses it,
-        R6) and is not late by a safety margin either. A hint early by more (a clock
-        stepped since its last measurement) is refused, and the sweeper sends it again."""
-        return due - self._offset + eta_margin(self._uncertainty)
+        process's :attr:`uncertainty` exceeds half the early ``allowance``
+        (``settings.calls.early_wait``; :func:`eta_margin`: nothing on a quiet machine).
+        It may arrive early by up to that half allowance plus the consumer's own error;
+        the claim then finds the step due within the consumer's :func:`early_bound` and
+        the worker waits out the rest (``tasks/early.py``), so the call never runs early
+        (the claim still refuses it, R6) and is not late by a safety margin either. A hint
+        early by more (a clock stepped since its last measurement) is refused, and the
+        sweeper sends it again."""
+        return due - self._offset + eta_margin(self._uncertainty, allowance)
 
     def measure(self) -> bool:
         """Measure the offset now; False (the last offset kept, one line logged) when

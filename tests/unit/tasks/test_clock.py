@@ -21,7 +21,7 @@ from toolsafe.recovery.store.memory.backend import memory_backend
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import Publisher
 from toolsafe.tasks.client import Client
-from toolsafe.tasks.clock import EARLY_ALLOWANCE, Clock, on_database_clock
+from toolsafe.tasks.clock import Clock, on_database_clock
 from toolsafe.tasks.runtime import Runtime
 
 
@@ -157,8 +157,10 @@ def test_an_eta_goes_out_on_the_publishers_own_clock() -> None:
     # 0.2 s round trip) exceeds half the early allowance; a consumer that finds the
     # step due a little early waits the rest out (tasks/early.py).
     assert clock.uncertainty == timedelta(seconds=0.1)
-    assert sent == [fake.wall + timedelta(seconds=3.1) - EARLY_ALLOWANCE / 2]
+    allowance = timedelta(seconds=publisher.settings.calls.early_wait)  # 5 ms by default
+    assert sent == [fake.wall + timedelta(seconds=3.1) - allowance / 2]
     # A quiet measurement (a 4 ms round trip): the best estimate, no margin at all.
     quiet = FakeTime(trip=0.004).clock()
     now = quiet.now()
-    assert quiet.local_eta(now + timedelta(seconds=3)) == quiet.to_local(now) + timedelta(seconds=3)
+    eta = quiet.local_eta(now + timedelta(seconds=3), allowance)
+    assert eta == quiet.to_local(now) + timedelta(seconds=3)

@@ -28,8 +28,9 @@ from toolsafe.recovery.records import Refused
 from toolsafe.recovery.rows import claim_refused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.memory import MemoryStore
+from toolsafe.settings import CallSettings, Settings
 from toolsafe.tasks import early, pipeline
-from toolsafe.tasks.clock import EARLY_ALLOWANCE, Clock, early_bound, eta_margin
+from toolsafe.tasks.clock import Clock, early_bound, eta_margin
 from toolsafe.tasks.runtime import Runtime
 
 S = StepState
@@ -37,20 +38,28 @@ T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 MS = timedelta(milliseconds=1)
 REF = "run_81/step_4"
 LEASE = timedelta(seconds=30)
+# The default TOOLSAFE_EARLY_WAIT.
+ALLOWANCE = timedelta(seconds=CallSettings().early_wait)
 
 
 def test_the_bound_is_twice_the_uncertainty_plus_the_allowance() -> None:
-    assert EARLY_ALLOWANCE == 5 * MS  # a few milliseconds: the wait holds a pool slot
-    assert early.bound(timedelta(0)) == EARLY_ALLOWANCE
-    assert early.bound(0.4 * MS) == 0.8 * MS + EARLY_ALLOWANCE
+    assert ALLOWANCE == 5 * MS  # a few milliseconds: the wait holds a pool slot
+    assert early.bound(timedelta(0), ALLOWANCE) == ALLOWANCE
+    assert early.bound(0.4 * MS, ALLOWANCE) == 0.8 * MS + ALLOWANCE
     # An uncertainty is never negative; were one handed in, it would not shorten the bound.
-    assert early.bound(-MS) == EARLY_ALLOWANCE
+    assert early.bound(-MS, ALLOWANCE) == ALLOWANCE
+    # The allowance is the setting's, whatever it is.
+    assert early.bound(0.4 * MS, timedelta(seconds=2)) == 0.8 * MS + timedelta(seconds=2)
+    assert early.bound(0.4 * MS, timedelta(0)) == 0.8 * MS
 
 
 def test_a_publisher_adds_only_what_its_uncertainty_exceeds_half_the_allowance() -> None:
-    assert eta_margin(timedelta(0)) == eta_margin(2 * MS) == timedelta(0)  # quiet: none
-    assert eta_margin(EARLY_ALLOWANCE / 2) == timedelta(0)
-    assert eta_margin(30 * MS) == 30 * MS - EARLY_ALLOWANCE / 2  # a loaded measurement
+    quiet = eta_margin(timedelta(0), ALLOWANCE)
+    assert quiet == eta_margin(2 * MS, ALLOWANCE) == timedelta(0)  # quiet: none
+    assert eta_margin(ALLOWANCE / 2, ALLOWANCE) == timedelta(0)
+    assert eta_margin(30 * MS, ALLOWANCE) == 30 * MS - ALLOWANCE / 2  # a loaded measurement
+    # A larger allowance leaves a slower measurement without a margin.
+    assert eta_margin(30 * MS, timedelta(seconds=1)) == timedelta(0)
 
 
 @given(
@@ -64,34 +73,39 @@ def test_a_hint_is_never_early_by_more_than_its_consumer_waits_out(
     publisher's estimate, which is off by up to its uncertainty, and judged by a consumer
     off by up to its own, is early by at most half the allowance plus the consumer's
     error: inside the consumer's bound, with half the allowance left for drift."""
-    earliest = publisher - eta_margin(publisher) + consumer
-    assert earliest <= consumer + EARLY_ALLOWANCE / 2
-    assert earliest + EARLY_ALLOWANCE / 2 <= early_bound(consumer) == early.bound(consumer)
+    earliest = publisher - eta_margin(publisher, ALLOWANCE) + consumer
+    assert earliest <= consumer + ALLOWANCE / 2
+    bound = early_bound(consumer, ALLOWANCE)
+    assert earliest + ALLOWANCE / 2 <= bound == early.bound(consumer, ALLOWANCE)
 
 
 def test_an_early_hint_within_the_bound_waits_for_its_due_time() -> None:
     uncertainty = 0.5 * MS  # bound: 6 ms
     for ahead in (MS / 1000, MS, 6 * MS):
         refused = Refused(NOOP_NOT_DUE, T0 + ahead)
-        assert early.wait_until(refused, T0, uncertainty) == T0 + ahead
+        assert early.wait_until(refused, T0, uncertainty, ALLOWANCE) == T0 + ahead
 
 
 def test_a_hint_early_by_more_than_the_bound_is_refused_as_before() -> None:
     uncertainty = 0.5 * MS
-    beyond = early.bound(uncertainty) + timedelta(microseconds=1)
-    assert early.wait_until(Refused(NOOP_NOT_DUE, T0 + beyond), T0, uncertainty) is None
-    assert early.wait_until(Refused(NOOP_NOT_DUE, T0 + timedelta(seconds=3)), T0, MS) is None
+    beyond = early.bound(uncertainty, ALLOWANCE) + timedelta(microseconds=1)
+    refused = Refused(NOOP_NOT_DUE, T0 + beyond)
+    assert early.wait_until(refused, T0, uncertainty, ALLOWANCE) is None
+    later = Refused(NOOP_NOT_DUE, T0 + timedelta(seconds=3))
+    assert early.wait_until(later, T0, MS, ALLOWANCE) is None
+    # ... unless the setting allows that much: a hint 3 s early is waited out too.
+    assert early.wait_until(later, T0, MS, timedelta(seconds=3)) == later.due_at
 
 
 @pytest.mark.parametrize("reason", sorted(set(NOOP_REASONS) - {NOOP_NOT_DUE}))
 def test_only_a_not_due_refusal_waits(reason: str) -> None:
     # Whatever due time came with it: claimed, terminal, missing... never wait.
-    assert early.wait_until(Refused(reason, T0 + MS), T0, MS) is None
+    assert early.wait_until(Refused(reason, T0 + MS), T0, MS, ALLOWANCE) is None
 
 
 def test_a_not_due_refusal_without_a_due_time_does_not_wait() -> None:
     # No due_at (a row without one; a verification hint for a step not verifying).
-    assert early.wait_until(Refused(NOOP_NOT_DUE), T0, MS) is None
+    assert early.wait_until(Refused(NOOP_NOT_DUE), T0, MS, ALLOWANCE) is None
 
 
 @given(
@@ -106,9 +120,10 @@ def test_the_sleep_is_never_negative_nor_longer_than_the_bound(
     clock was measured again and moved back): the sleep reaches the due time when the
     bound allows, and never exceeds it."""
     due_at = T0 + ahead
-    left = early.seconds_left(due_at, T0 + elapsed, uncertainty)
-    assert 0.0 <= left <= early.bound(uncertainty).total_seconds()
-    if timedelta(0) <= due_at - (T0 + elapsed) <= early.bound(uncertainty):
+    left = early.seconds_left(due_at, T0 + elapsed, uncertainty, ALLOWANCE)
+    bound = early.bound(uncertainty, ALLOWANCE)
+    assert 0.0 <= left <= bound.total_seconds()
+    if timedelta(0) <= due_at - (T0 + elapsed) <= bound:
         assert left == pytest.approx((due_at - (T0 + elapsed)).total_seconds())
 
 
@@ -199,7 +214,7 @@ def _due_in(runtime: Runtime, ahead: timedelta) -> datetime:
 
 def test_the_fake_clock_gives_the_bound_these_tests_assume(runtime: Runtime) -> None:
     runtime.now()
-    assert early.bound(runtime.clock.uncertainty) == 7 * MS
+    assert early.bound(runtime.clock.uncertainty, ALLOWANCE) == 7 * MS
 
 
 def test_an_early_hint_within_the_bound_waits_then_runs_the_step_once(
@@ -246,6 +261,21 @@ def test_the_second_claim_gets_its_own_answer(
     noops = [event.detail["reason"] for event in store.events(REF) if event.kind == "noop"]
     assert noops == [NOOP_NOT_DUE, NOOP_CLAIMED]
     assert store.get(REF).lease_owner == "another-worker"
+
+
+def test_the_worker_waits_as_long_as_its_settings_allow(fake: FakeTime) -> None:
+    """``TOOLSAFE_EARLY_WAIT`` is the allowance the worker uses: with 2 s of it, a hint
+    1.5 s early is waited out (with the default 5 ms, it is refused: the test above)."""
+    adapter = ScriptedAdapter()
+    settings = Settings().replace(calls={"early_wait": 2.0})
+    runtime, _ = memory_runtime(adapter, settings)
+    runtime.clock = fake.clock()
+    due = _due_in(runtime, timedelta(seconds=1.5))
+    adapter.answers.append(success)
+    assert pipeline.execute(runtime, RecordingHints(), REF) == "succeed"
+    assert fake.slept == [pytest.approx(1.5)] and len(adapter.calls) == 1
+    [claimed] = [event for event in runtime.store.events(REF) if event.kind == "claimed"]
+    assert claimed.at >= due
 
 
 def test_an_early_verification_hint_waits_too(
