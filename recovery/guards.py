@@ -128,6 +128,15 @@ class Guard:
                 return rule.reason
         return None
 
+    def due_later(self, row: GuardedRow | None, now: datetime) -> datetime | None:
+        """When ``row``, refused at ``now`` only for not being due yet, would pass: its
+        ``due_at``, if no rule refuses it at that time (the row unchanged); else None."""
+        if row is None or row.due_at is None or row.due_at <= now:
+            return None
+        if self.refusal(row, now) != NOOP_NOT_DUE or self.refusal(row, row.due_at) is not None:
+            return None
+        return row.due_at
+
     @property
     def states(self) -> frozenset[StepState]:
         """The states no rule refuses outright."""

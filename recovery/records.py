@@ -57,13 +57,28 @@ class EventRecord:
     detail: dict[str, Any]  # redacted: envelope JSON, lookup summary, actor and reason
 
 
+ClaimKind = Literal["execute", "verify"]
+
+
 @dataclass(frozen=True)
 class Claim:
     """A step this worker holds under a lease; ``step`` is the row after the claim."""
 
-    kind: Literal["execute", "verify"]
+    kind: ClaimKind
     owner: str
     step: StepRecord
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a claim did nothing (``reasons.NOOP_REASONS``: the ``noop`` event's reason).
+
+    ``due_at`` is set when only time stands in the way: the reason is ``not_due`` and
+    the row as the claim found it would pass the same guard at its ``due_at`` (an early
+    hint). A claim at that time may still be refused: the step can move meanwhile."""
+
+    reason: str
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavai
 from toolsafe.recovery import guards
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, StepSnapshot
 from toolsafe.recovery.policy import ToolTraits
-from toolsafe.recovery.records import StepRecord
+from toolsafe.recovery.reasons import NOOP_CLAIMED
+from toolsafe.recovery.records import ClaimKind, Refused, StepRecord
 from toolsafe.recovery.states import StepState
 
 
@@ -31,6 +32,17 @@ def execution_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str |
 def verification_refusal(row: Row[Any] | StepRecord | None, now: datetime) -> str | None:
     """Why this row may not be claimed for verification now; ``None`` when it may."""
     return guards.VERIFICATION.refusal(row, now)
+
+
+def claim_refused(kind: ClaimKind, row: guards.GuardedRow | None, now: datetime) -> Refused:
+    """Why a claim of ``kind`` did nothing with ``row`` (as read after it) at ``now``: the
+    guard's reason (a guard that passed and then lost the race: ``claimed``, the
+    winner's), and the due time when only time stood in the way (an early hint)."""
+    guard = guards.EXECUTION if kind == "execute" else guards.VERIFICATION
+    reason = guard.refusal(row, now)
+    if reason is None:
+        return Refused(NOOP_CLAIMED)
+    return Refused(reason, guard.due_later(row, now))
 
 
 def snapshot(row: Row[Any] | StepRecord, traits: ToolTraits) -> StepSnapshot:

@@ -73,15 +73,19 @@ class Publisher:
 
     Due times and ``now`` are the database's (``tasks/clock.py``), but Celery compares an
     ETA with the consuming worker's own clock: the ETA goes out on this process's clock
-    (``clock.local_eta``: never early by the offset's measurement error). A consumer
-    whose clock is off this one's runs the hint that much early or late: early, the
-    claim re-checks the due time in the database and does nothing (R6; the sweeper
-    sends the hint again once it is due); late is only late."""
+    at the best estimate (``clock.local_eta``; later only by what a slow measurement's
+    uncertainty exceeds half the early allowance, ``settings.calls.early_wait``:
+    ``clock.eta_margin``). A consumer whose measured offset is off this one's runs the
+    hint that much early or late: early within the clocks' uncertainty, the claim is
+    refused with the due time and the worker waits out the rest before claiming again
+    (``tasks/early.py``); early by more, the claim does nothing (R6) and the sweeper
+    sends the hint again once it is due; late is only late."""
 
     def __init__(self, app: Any, settings: Settings, clock: Clock | None = None) -> None:
         self.app = app
         self.settings = settings
         self.clock = clock
+        self._early_wait = timedelta(seconds=settings.calls.early_wait)
         # Seeded by the OS on every call: forked workers must not jitter in lockstep.
         self._rng: random.Random = random.SystemRandom()
         # The sweeper's view of what the broker lost (a marker key in the broker's db).
@@ -110,7 +114,7 @@ class Publisher:
     ) -> bool:
         publish, eta = self.eta_for(due_at, now)
         if eta is not None and self.clock is not None:
-            eta = self.clock.local_eta(eta)
+            eta = self.clock.local_eta(eta, self._early_wait)
         if publish:
             # The publisher's trace context rides in the message's headers (docs/tracing.md);
             # queue None: the task's own route (celeryconfig.ROUTES).

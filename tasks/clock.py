@@ -46,6 +46,25 @@ NOTABLE: Final = timedelta(seconds=1)
 """An offset this large (or a change this large) is logged."""
 
 
+def early_bound(uncertainty: timedelta, allowance: timedelta) -> timedelta:
+    """The longest a worker whose clock has ``uncertainty`` waits out an early hint:
+    twice that (its own error and the publisher's, measured alike) plus ``allowance``
+    (``settings.calls.early_wait``: the clocks' drift between two measurements and the
+    consuming worker's timer)."""
+    return 2 * max(uncertainty, timedelta(0)) + allowance
+
+
+def eta_margin(uncertainty: timedelta, allowance: timedelta) -> timedelta:
+    """How much later than its best estimate a publisher whose clock has
+    ``uncertainty`` sends an ETA: what exceeds half of ``allowance`` (nothing while its
+    measurement's round trip is under the allowance: under 5 ms by default). A hint is
+    then early by at most half the allowance plus the consumer's own error, inside the
+    :func:`early_bound` of any consumer with the same allowance, with room to spare,
+    however unlike the two measurements were (a publisher measured on a loaded machine,
+    a consumer on a quiet one)."""
+    return max(uncertainty - allowance / 2, timedelta(0))
+
+
 def local_now() -> datetime:
     """This process's own wall clock (UTC)."""
     return datetime.now(UTC)
@@ -59,7 +78,8 @@ class Clock:
     """The database's time as this process sees it: local time + measured offset.
 
     ``read`` returns the database's time (or None: same clock, offset 0, never measured
-    again); ``local`` and ``monotonic`` are this process's clocks (injected in tests).
+    again); ``local`` and ``monotonic`` are this process's clocks and ``sleep`` waits on
+    them (all three injected in tests).
     Thread-safe: one thread measures while the others go on with the last offset.
     """
 
@@ -72,6 +92,7 @@ class Clock:
         samples: int = SAMPLES,
         local: Callable[[], datetime] = local_now,
         monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._read = read
         self.every = every
@@ -79,6 +100,7 @@ class Clock:
         self.samples = max(samples, 1)
         self._local = local
         self._monotonic = monotonic
+        self._sleep = sleep
         self._offset = timedelta(0)
         self._uncertainty = timedelta(0)  # half the kept sample's round trip
         self._logged = timedelta(0)
@@ -99,6 +121,10 @@ class Clock:
             self._measure_when_due()
         return self._local() + self._offset
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this process's clocks."""
+        self._sleep(seconds)
+
     def to_database(self, local: datetime) -> datetime:
         """A time this process's clock produced, on the database's."""
         return local + self._offset
@@ -112,12 +138,18 @@ class Clock:
         """A database time on this process's clock."""
         return database - self._offset
 
-    def local_eta(self, due: datetime) -> datetime:
+    def local_eta(self, due: datetime, allowance: timedelta) -> datetime:
         """A Celery ETA for ``due`` (a database time) on this process's clock, which
-        the consumer compares with its own: late by up to two measurement errors (this
-        process's and a consumer's, measured alike) so never early by either; a hint
-        that still comes early is refused by the claim (R6)."""
-        return due - self._offset + 2 * self._uncertainty
+        the consumer compares with its own: the best estimate, later only by what this
+        process's :attr:`uncertainty` exceeds half the early ``allowance``
+        (``settings.calls.early_wait``; :func:`eta_margin`: nothing on a quiet machine).
+        It may arrive early by up to that half allowance plus the consumer's own error;
+        the claim then finds the step due within the consumer's :func:`early_bound` and
+        the worker waits out the rest (``tasks/early.py``), so the call never runs early
+        (the claim still refuses it, R6) and is not late by a safety margin either. A hint
+        early by more (a clock stepped since its last measurement) is refused, and the
+        sweeper sends it again."""
+        return due - self._offset + eta_margin(self._uncertainty, allowance)
 
     def measure(self) -> bool:
         """Measure the offset now; False (the last offset kept, one line logged) when

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final, Literal, Protocol
 
 from toolsafe import tracing
@@ -23,8 +22,9 @@ from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavaila
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
 from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState, label_of
-from toolsafe.recovery.store import Claim, Recorded, StepNotFound, StepRecord
+from toolsafe.recovery.store import Claim, Recorded, Refused, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
+from toolsafe.tasks import early
 from toolsafe.tasks.clock import on_database_clock
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
 from toolsafe.tasks.faults import Faults
@@ -199,14 +199,10 @@ def _claim(
     """Claim the step for ``kind`` under a lease and start its heartbeat; or, when it
     may not run now, what happened instead (``owner_gone``, ``noop``), noted in
     ``report``."""
-    store = runtime.store
-    claim_for = store.claim_execution if kind == "execute" else store.claim_verification
-    lease = timedelta(seconds=runtime.settings.calls.lease)
-    claimed_at = time.monotonic()
     with tracing.span("toolsafe.claim", {"toolsafe.claim.kind": kind}) as traced:
-        claim = claim_for(operation_ref, runtime.owner, lease, runtime.now())
-        traced.set("toolsafe.claim.result", "noop" if claim is None else "claimed")
-    if claim is None:
+        claim, claimed_at = early.claim_when_due(runtime, operation_ref, kind, traced)
+        traced.set("toolsafe.claim.result", "noop" if isinstance(claim, Refused) else "claimed")
+    if isinstance(claim, Refused):
         if _owner_gone(runtime, hints, operation_ref):
             report.note = "its worker was lost: the step goes to verification"
             return "owner_gone"

@@ -40,6 +40,7 @@ from toolsafe.settings_parse import (
 from toolsafe.settings_sections import (
     DEFAULT_ADAPTERS,
     DEFAULT_DATABASE_URL,
+    EARLY_WAIT_SHARE,
     BrokerSettings,
     CallSettings,
     EscalationSettings,
@@ -58,6 +59,7 @@ __all__ = [
     "DEFAULT_ADAPTERS",
     "DEFAULT_BROKER_URL",
     "DEFAULT_DATABASE_URL",
+    "EARLY_WAIT_SHARE",
     "POLICY_KEYS",
     "VISIBILITY_RULE",
     "BrokerSettings",
@@ -235,6 +237,7 @@ def _read(reader: Reader) -> Settings:
             heartbeat_interval=reader.number("TOOLSAFE_HEARTBEAT_INTERVAL", lease / 5),
             time_limit=reader.number("TOOLSAFE_TASK_TIME_LIMIT", calls.time_limit),
             soft_time_limit=reader.number("TOOLSAFE_TASK_SOFT_TIME_LIMIT", calls.soft_time_limit),
+            early_wait=reader.number("TOOLSAFE_EARLY_WAIT", calls.early_wait),
         ),
         sweep=SweepSettings(
             interval=reader.number("TOOLSAFE_SWEEP_INTERVAL", sweep.interval),

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_ADAPTERS",
     "DEFAULT_DATABASE_URL",
     "DEFAULT_METRICS_ADDRESS",
+    "EARLY_WAIT_SHARE",
     "HEARTBEATS_PER_LEASE",
     "MAX_SUBMIT_WINDOW",
     "MIN_SESSION_KEY",
@@ -38,6 +39,9 @@ DEFAULT_ADAPTERS: Final = "toolsafe.adapters.examples"
 DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1"
 # A lease lasts at least this many heartbeats: one late or failed renewal never loses it.
 HEARTBEATS_PER_LEASE: Final = 3
+# The longest early wait is at most this share of the call's soft time limit: the wait
+# runs inside that limit, before the claim, and the call keeps the rest of it.
+EARLY_WAIT_SHARE: Final = 0.1
 MIN_SESSION_KEY: Final = 32
 """The shortest TOOLSAFE_UI_SESSION_KEY accepted: 32 characters of random text."""
 # A submit never waits longer than this for others to share its commit (a latency bound).
@@ -166,12 +170,20 @@ class CallSettings(Section):
     heartbeat_interval: float = 3.0
     time_limit: float = 60.0
     soft_time_limit: float = 50.0
+    # How early, beyond twice its clock's measured uncertainty, a hint may find its step
+    # and still be waited out by the worker that took it (tasks/early.py): the clocks'
+    # drift between two measurements and the consuming worker's timer. A few
+    # milliseconds, because the wait holds a pool slot (a prefork process, a thread) and
+    # runs inside the call's time limit; an earlier hint is refused, and the sweeper
+    # sends it again once it is due.
+    early_wait: float = 0.005
 
     VARIABLES: ClassVar[Mapping[str, str]] = {
         "lease": "TOOLSAFE_LEASE_SECONDS",
         "heartbeat_interval": "TOOLSAFE_HEARTBEAT_INTERVAL",
         "time_limit": "TOOLSAFE_TASK_TIME_LIMIT",
         "soft_time_limit": "TOOLSAFE_TASK_SOFT_TIME_LIMIT",
+        "early_wait": "TOOLSAFE_EARLY_WAIT",
     }
     POSITIVE: ClassVar[tuple[str, ...]] = (
         "lease",
@@ -192,6 +204,17 @@ class CallSettings(Section):
                 f"must be at most TOOLSAFE_LEASE_SECONDS / {HEARTBEATS_PER_LEASE} "
                 f"({self.lease / HEARTBEATS_PER_LEASE:g}s), got {self.heartbeat_interval:g}s: "
                 "a live call must get several renewals in before its lease runs out",
+            )
+        if self.early_wait < 0:
+            raise SettingsError(
+                "TOOLSAFE_EARLY_WAIT", f"must not be negative, got {self.early_wait:g}s"
+            )
+        if self.early_wait > self.soft_time_limit * EARLY_WAIT_SHARE:
+            raise SettingsError(
+                "TOOLSAFE_EARLY_WAIT",
+                f"must be at most TOOLSAFE_TASK_SOFT_TIME_LIMIT x {EARLY_WAIT_SHARE:g} "
+                f"({self.soft_time_limit * EARLY_WAIT_SHARE:g}s), got {self.early_wait:g}s: "
+                "the wait runs inside the call's time limit, before the call",
             )
 
 

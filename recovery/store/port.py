@@ -18,11 +18,13 @@ from toolsafe.recovery.outcomes import Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import (
     Claim,
+    ClaimKind,
     CountSources,
     EventRecord,
     EventSummary,
     NewStep,
     Recorded,
+    Refused,
     StepRecord,
     StepSummary,
     Submitted,
@@ -133,6 +135,15 @@ class StorePort(Protocol):
         ...
 
     # ---------------------------------------------------------------- the worker's path
+
+    def claim(
+        self, kind: ClaimKind, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | Refused:
+        """``claim_execution`` or ``claim_verification`` (``kind``), answering why when it
+        may not run now: the ``noop`` event's reason and, for a step refused only for
+        not being due yet, its ``due_at`` (``Refused``), so that a worker can wait out
+        an early hint's last milliseconds instead of dropping it (``tasks/early.py``)."""
+        ...
 
     def claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime

@@ -18,6 +18,7 @@ BAD: dict[str, str] = {
     "TOOLSAFE_ADAPTERS": "no_such_adapter_module",
     "TOOLSAFE_BROKER_URL": "127.0.0.1:6379",
     "TOOLSAFE_DATABASE_URL": "toolsafe.db",
+    "TOOLSAFE_EARLY_WAIT": "-0.005",
     "TOOLSAFE_ESCALATION_HANDLERS": "handlers_without_a_function",
     "TOOLSAFE_ESCALATION_RESEND_AFTER": "0",
     "TOOLSAFE_ESCALATION_WEBHOOK_TIMEOUT": "0",

@@ -23,11 +23,13 @@ from toolsafe.recovery.outcomes import (
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import (
     Claim,
+    ClaimKind,
     CountSources,
     EventRecord,
     EventSummary,
     NewStep,
     Recorded,
+    Refused,
     StepRecord,
     StepSummary,
     Submitted,
@@ -274,9 +276,27 @@ class MemoryStore(MemorySweeper, StepActions):
 
     # -------------------------------------------------------------- the worker's path
 
+    def claim(
+        self, kind: ClaimKind, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | Refused:
+        claim_for = self._claim_execution if kind == "execute" else self._claim_verification
+        return claim_for(operation_ref, owner, lease, now)
+
     def claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
+        claimed = self._claim_execution(operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None
+
+    def claim_verification(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        claimed = self._claim_verification(operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None
+
+    def _claim_execution(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | Refused:
         with self._tables.transaction():
             current = self._tables.steps.get(operation_ref)
             if current is not None and execution_refusal(current, now) is None:
@@ -310,14 +330,11 @@ class MemoryStore(MemorySweeper, StepActions):
                 and current.last_sent_at == now
             ):
                 return Claim("execute", owner, current)  # this very claim, asked again
-            self._tables.noop(
-                operation_ref, current, now, "execute", execution_refusal(current, now)
-            )
-            return None
+            return self._tables.noop(operation_ref, current, now, "execute")
 
-    def claim_verification(
+    def _claim_verification(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
-    ) -> Claim | None:
+    ) -> Claim | Refused:
         with self._tables.transaction():
             current = self._tables.steps.get(operation_ref)
             refusal = verification_refusal(current, now)
@@ -339,8 +356,7 @@ class MemoryStore(MemorySweeper, StepActions):
                 and current.lease_expires_at == now + lease
             ):
                 return Claim("verify", owner, current)  # this very claim, asked again
-            self._tables.noop(operation_ref, current, now, "verify", refusal)
-            return None
+            return self._tables.noop(operation_ref, current, now, "verify")
 
     def record(
         self,

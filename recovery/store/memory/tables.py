@@ -12,8 +12,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from toolsafe.recovery.records import EventRecord, StepRecord
-from toolsafe.recovery.rows import json_ready
+from toolsafe.recovery.records import ClaimKind, EventRecord, Refused, StepRecord
+from toolsafe.recovery.rows import claim_refused, json_ready
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.shared import Change, OutboxNotice, dedup_key
 
@@ -187,9 +187,10 @@ class Tables:
         operation_ref: str,
         current: StepRecord | None,
         now: datetime,
-        claim: str,
-        reason: str | None,
-    ) -> None:
+        claim: ClaimKind,
+    ) -> Refused:
+        """A claim that did nothing: its ``noop`` event, and why as the answer."""
+        refused = claim_refused(claim, current, now)
         state = None if current is None else current.state
         self.append(
             operation_ref=operation_ref,
@@ -198,8 +199,9 @@ class Tables:
             from_state=state,
             to_state=state,
             label=f"{claim} claim refused",
-            detail={"claim": claim, "reason": reason or "claimed"},
+            detail={"claim": claim, "reason": refused.reason},
         )
+        return refused
 
 
 def counted_detail(detail: Mapping[str, Any]) -> dict[str, str]:

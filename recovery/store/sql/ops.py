@@ -30,9 +30,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from toolsafe.recovery.guards import EXECUTION
 from toolsafe.recovery.outcomes import Decision, Executed, LookedUp
 from toolsafe.recovery.policy import Policy, ToolTraits
-from toolsafe.recovery.reasons import NOOP_CLAIMED
-from toolsafe.recovery.records import EventRecord, StepRecord, step_record
+from toolsafe.recovery.records import ClaimKind, EventRecord, Refused, StepRecord, step_record
 from toolsafe.recovery.rows import (
+    claim_refused,
     execution_refusal,
     json_ready,
     updated_record,
@@ -321,8 +321,9 @@ def _claim_fast(
 
 def claim_execution(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
-) -> Row[Any] | None:
-    """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3)."""
+) -> Row[Any] | Refused:
+    """pending / due waiting_retry → in_flight under a lease, attempt + 1 (R3); or why
+    not, with a ``noop`` event."""
     if conn.dialect.name == "postgresql":
         claimed = _claim_fast(conn, operation_ref, owner, lease, now)
         if claimed is not None:
@@ -346,14 +347,14 @@ def claim_execution(
         # This very claim committed before the connection dropped and the
         # infrastructure retry ran it again: it is ours.
         return current
-    _noop(conn, operation_ref, current, now, "execute", execution_refusal(current, now))
-    return None
+    return _noop(conn, operation_ref, current, now, "execute")
 
 
 def claim_verification(
     conn: Connection, operation_ref: str, owner: str, lease: timedelta, now: datetime
-) -> Row[Any] | None:
-    """A due ``verifying`` step with no live lease gets one; the state stays verifying."""
+) -> Row[Any] | Refused:
+    """A due ``verifying`` step with no live lease gets one; the state stays verifying.
+    Or why not, with a ``noop`` event."""
     current = fetch(conn, operation_ref)
     refusal = verification_refusal(current, now)
     if refusal is None and current is not None:
@@ -377,7 +378,6 @@ def claim_verification(
         if row is not None:
             return row
         current = fetch(conn, operation_ref)
-        refusal = verification_refusal(current, now)
     if (
         current is not None
         and current.state == S.VERIFYING.value
@@ -385,8 +385,7 @@ def claim_verification(
         and current.lease_expires_at == now + lease
     ):
         return current  # the retried claim had committed: it is ours
-    _noop(conn, operation_ref, current, now, "verify", refusal)
-    return None
+    return _noop(conn, operation_ref, current, now, "verify")
 
 
 def _noop(
@@ -394,10 +393,11 @@ def _noop(
     operation_ref: str,
     current: Row[Any] | None,
     now: datetime,
-    claim: str,
-    reason: str | None,
-) -> None:
-    """Record a claim that did not happen and why: duplicate writes prevented."""
+    claim: ClaimKind,
+) -> Refused:
+    """Record a claim that did not happen and why (duplicate writes prevented); the why
+    is the answer, with the due time of an early hint."""
+    refused = claim_refused(claim, current, now)
     state = None if current is None else current.state
     append_event(
         conn,
@@ -409,8 +409,9 @@ def _noop(
         to_state=state,
         label=f"{claim} claim refused",
         # A guard that passed a moment ago and lost the race names the winner's state.
-        detail={"claim": claim, "reason": reason or NOOP_CLAIMED},
+        detail={"claim": claim, "reason": refused.reason},
     )
+    return refused
 
 
 # ------------------------------------------------------------------ outcomes

@@ -26,10 +26,12 @@ from toolsafe.recovery.outcomes import (
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import (
     Claim,
+    ClaimKind,
     CountSources,
     EventRecord,
     EventSummary,
     Recorded,
+    Refused,
     StepRecord,
     StepSummary,
     event_record,
@@ -206,22 +208,29 @@ class StepStore(StepSubmits, StepActions):
 
     # -------------------------------------------------------------- the worker's path
 
+    def claim(
+        self, kind: ClaimKind, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | Refused:
+        """An execution claim (pending / due waiting_retry → in_flight, attempt + 1,
+        lease) or a verification claim (a due ``verifying`` step gets a lease); or why
+        not (and a ``noop`` event naming it), with the due time of an early hint."""
+        claim_for = ops.claim_execution if kind == "execute" else ops.claim_verification
+        row = self._write(lambda conn: claim_for(conn, operation_ref, owner, lease, now))
+        return row if isinstance(row, Refused) else Claim(kind, owner, step_record(row))
+
     def claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
-        """pending / due waiting_retry → in_flight, attempt + 1, lease; None (and a
-        ``noop`` event naming why) when not due, claimed, terminal or attempts spent."""
-        row = self._write(lambda conn: ops.claim_execution(conn, operation_ref, owner, lease, now))
-        return None if row is None else Claim("execute", owner, step_record(row))
+        """``claim("execute", …)``; None when refused."""
+        claimed = self.claim("execute", operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None
 
     def claim_verification(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime
     ) -> Claim | None:
-        """A due ``verifying`` step gets a lease (state stays verifying)."""
-        row = self._write(
-            lambda conn: ops.claim_verification(conn, operation_ref, owner, lease, now)
-        )
-        return None if row is None else Claim("verify", owner, step_record(row))
+        """``claim("verify", …)``; None when refused."""
+        claimed = self.claim("verify", operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None
 
     def record(
         self,

@@ -21,9 +21,11 @@ from tests.support.recovery.store_support import LEASE, T0
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.guards import EXECUTION, VERIFICATION
 from toolsafe.recovery.reasons import NOOP_MISSING
-from toolsafe.recovery.rows import execution_refusal, verification_refusal
+from toolsafe.recovery.records import ClaimKind
+from toolsafe.recovery.rows import claim_refused, execution_refusal, verification_refusal
 from toolsafe.recovery.schema import step_events, steps
 from toolsafe.recovery.states import LABELS, StepState
+from toolsafe.recovery.store import Refused
 from toolsafe.recovery.store.sql import StepStore
 
 S = StepState
@@ -163,12 +165,19 @@ def _claim_answer(store: StepStore, values: dict[str, Any], verify: bool) -> tup
     ref = values["operation_ref"]
     before = _place(store, values)
     expected = (verification_refusal if verify else execution_refusal)(before, T0)
-    claim_for = store.claim_verification if verify else store.claim_execution
-    claim = claim_for(ref, "worker", LEASE, T0)
-    assert (claim is None) == (expected is not None), (values, expected)
+    kind: ClaimKind = "verify" if verify else "execute"
+    claim = store.claim(kind, ref, "worker", LEASE, T0)
+    assert isinstance(claim, Refused) == (expected is not None), (values, expected)
     event = store.events(ref)[-1]
     after = store.get(ref)
-    if claim is None:
+    if isinstance(claim, Refused):
+        # The answer names the event's reason, and the due time when only time stood in
+        # the way (an early hint, tasks/early.py): as the guard says in Python.
+        assert claim == claim_refused(kind, before, T0)
+        assert (claim.due_at is not None) == (
+            expected == "not_due"
+            and (VERIFICATION if verify else EXECUTION).refusal(before, before.due_at or T0) is None
+        )
         assert (event.kind, event.detail["reason"]) == ("noop", expected)
         assert event.from_state == event.to_state == before.state
         assert after.version == before.version  # nothing moved
@@ -184,6 +193,7 @@ def _claim_answer(store: StepStore, values: dict[str, Any], verify: bool) -> tup
             assert event.detail["attempt"] == after.attempts
     return (
         expected,
+        claim.due_at if isinstance(claim, Refused) else None,
         event.kind,
         event.label,
         event.from_state,

@@ -46,6 +46,7 @@ from toolsafe.adapters.protocol import (
 )
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
+from toolsafe.recovery.records import ClaimKind
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import Claim, StepNotFound, StorePort
 from toolsafe.recovery.store.memory import MemoryStore
@@ -121,6 +122,13 @@ class Lockstep(RuleBasedStateMachine):
     def claim_verification(self, ref: str) -> None:
         claim = self.both(lambda store: store.claim_verification(ref, "c1", LEASE, self.now))
         if claim is not None:
+            self.claims[ref] = claim
+
+    @rule(ref=REF, kind=st.sampled_from(["execute", "verify"]))
+    def claim(self, ref: str, kind: ClaimKind) -> None:
+        # The claim that says why not: the same reason, and the same due time.
+        claim = self.both(lambda store: store.claim(kind, ref, "w2", LEASE, self.now))
+        if isinstance(claim, Claim):
             self.claims[ref] = claim
 
     @precondition(lambda self: bool(self.claims))

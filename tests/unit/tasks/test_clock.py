@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.tasks.fake_time import SKEW, T0, FakeTime
 from tests.support.tasks.memory_support import INPUT, TOOL, RecordingHints, ScriptedAdapter
 from toolsafe.adapters import codes
 from toolsafe.adapters.envelope import AnySuccess, Verification
@@ -22,53 +23,6 @@ from toolsafe.tasks.app import Publisher
 from toolsafe.tasks.client import Client
 from toolsafe.tasks.clock import Clock, on_database_clock
 from toolsafe.tasks.runtime import Runtime
-
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-SKEW = timedelta(seconds=30)
-
-
-class FakeTime:
-    """This process's wall and monotonic clocks, and a database 30 s ahead of it whose
-    answer takes ``trip`` seconds there and back."""
-
-    def __init__(self, trip: float = 0.2) -> None:
-        self.wall = T0
-        self.mono = 100.0
-        self.trip = trip
-        self.reads = 0
-        self.failing = False
-        self.ahead = SKEW
-        self.setup = 0.0  # the next read's connection set-up, before the database reads
-
-    def local(self) -> datetime:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += timedelta(seconds=seconds)
-        self.mono += seconds
-
-    def database(self) -> datetime:
-        self.reads += 1
-        if self.failing:
-            raise ConnectionError("the database is away")
-        self.advance(self.setup + self.trip / 2)
-        self.setup = 0.0
-        theirs = self.wall + self.ahead
-        self.advance(self.trip / 2)
-        return theirs
-
-    def clock(self, every: float = 45.0, samples: int = 1) -> Clock:
-        return Clock(
-            self.database,
-            every=every,
-            retry_after=5.0,
-            samples=samples,
-            local=self.local,
-            monotonic=self.monotonic,
-        )
 
 
 def test_the_offset_is_the_database_minus_the_midpoint_of_the_round_trip() -> None:
@@ -199,6 +153,14 @@ def test_an_eta_goes_out_on_the_publishers_own_clock() -> None:
     )
     now = clock.now()  # the database's time
     assert publisher.execute("clock/eta", now + timedelta(seconds=3), now)
-    # 3 s from now on the local clock, and never early by the offset's error (twice
-    # half the 0.2 s round trip: this process's and a consumer's).
-    assert sent == [fake.wall + timedelta(seconds=3.2)]
+    # 3 s from now on the local clock, later only by what the offset's error (half the
+    # 0.2 s round trip) exceeds half the early allowance; a consumer that finds the
+    # step due a little early waits the rest out (tasks/early.py).
+    assert clock.uncertainty == timedelta(seconds=0.1)
+    allowance = timedelta(seconds=publisher.settings.calls.early_wait)  # 5 ms by default
+    assert sent == [fake.wall + timedelta(seconds=3.1) - allowance / 2]
+    # A quiet measurement (a 4 ms round trip): the best estimate, no margin at all.
+    quiet = FakeTime(trip=0.004).clock()
+    now = quiet.now()
+    eta = quiet.local_eta(now + timedelta(seconds=3), allowance)
+    assert eta == quiet.to_local(now) + timedelta(seconds=3)

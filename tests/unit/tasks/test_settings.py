@@ -52,6 +52,8 @@ def test_defaults_without_environment() -> None:
     # Short leases kept alive by a heartbeat: a dead worker is recovered in seconds.
     assert settings.calls.lease <= 15
     assert settings.calls.heartbeat_interval * 3 <= settings.calls.lease
+    # An early hint is waited out for a few milliseconds beyond the clocks' uncertainty.
+    assert settings.calls.early_wait == 0.005
 
 
 def test_values_are_read_and_typed() -> None:
@@ -63,6 +65,7 @@ def test_values_are_read_and_typed() -> None:
             "TOOLSAFE_LEASE_SECONDS": "12.5",
             "TOOLSAFE_TASK_TIME_LIMIT": "10",
             "TOOLSAFE_TASK_SOFT_TIME_LIMIT": "8",
+            "TOOLSAFE_EARLY_WAIT": "0.5",
             "TOOLSAFE_MAX_ETA": "30",
             "TOOLSAFE_VISIBILITY_TIMEOUT": "600",
             "TOOLSAFE_MAX_ATTEMPTS": "7",
@@ -76,6 +79,7 @@ def test_values_are_read_and_typed() -> None:
     assert settings.tools.adapter_modules == ("a.b", "c.d")
     assert settings.calls.lease == 12.5
     assert settings.calls.heartbeat_interval == 2.5  # a fifth of the lease when unset
+    assert settings.calls.early_wait == 0.5
     assert settings.policies.for_tool("send_email").retry.max_attempts == 7
     assert settings.policies.for_tool("create_invoice").retry.max_attempts == 2
     # An override keeps the other defaults of the environment.
@@ -94,6 +98,8 @@ def test_values_are_read_and_typed() -> None:
         ("TOOLSAFE_HEARTBEAT_INTERVAL", "6", "at most TOOLSAFE_LEASE_SECONDS / 3"),
         ("TOOLSAFE_HEARTBEAT_INTERVAL", "0", "greater than 0"),
         ("TOOLSAFE_TASK_SOFT_TIME_LIMIT", "70", "below TOOLSAFE_TASK_TIME_LIMIT"),
+        ("TOOLSAFE_EARLY_WAIT", "-0.001", "must not be negative"),
+        ("TOOLSAFE_EARLY_WAIT", "5.01", "at most TOOLSAFE_TASK_SOFT_TIME_LIMIT x 0.1 (5s)"),
         ("TOOLSAFE_VISIBILITY_TIMEOUT", "100", "at least 2 x"),
         ("TOOLSAFE_SWEEP_INTERVAL", "0", "greater than 0"),
         ("TOOLSAFE_FAULTS_ENABLED", "maybe", "1/0"),
