@@ -55,9 +55,13 @@ PRELOAD: Final = (
     "toolsafe.adapters.examples",
     "uvicorn",
     "toolsafe.gateway.app",
+    "toolsafe.recovery.store.sql.backend",
+    "toolsafe.recovery.store.memory.backend",
+    "toolsafe.metrics.exporter",
+    "toolsafe.harness.frozen",  # last: freezes what the ones before imported
 )
 """What the server imports once (importing reads no ``TOOLSAFE_*`` setting: apps are
-built on first use, in the child)."""
+built on first use, in the child), in this order."""
 
 # Read by the interpreter before any import, so a child that changes one of them is
 # started the ordinary way. PYTHONUNBUFFERED is the exception: the child sets it up.
