@@ -265,8 +265,21 @@ class StepStore(StepSubmits, StepActions):
     ) -> StepRecord | None:
         """A running call's heartbeat: the lease runs to ``now + lease`` if ``owner``
         still holds the step as ``held`` (state, version, owner); the row with its new
-        version, or None when the lease was taken over (the call must record nothing)."""
-        row = self._write(lambda conn: leases.renew(conn, held, owner, lease, now))
+        version, or None when the lease was taken over (the call must record nothing).
+
+        On PostgreSQL the renewal is one statement committed on its own (autocommit):
+        no transaction stays open between round trips, so a worker cut off or stopped
+        between its UPDATE and its COMMIT cannot leave the step's row locked, which
+        would hide the lease from the sweeper (it skips locked rows) until the server
+        noticed the dead connection."""
+
+        def renew(conn: Connection) -> Row[Any] | None:
+            return leases.renew(conn, held, owner, lease, now)
+
+        write = (
+            self._write_one_statement if self.engine.dialect.name == "postgresql" else self._write
+        )
+        row = write(renew)
         return None if row is None else step_record(row)
 
     def expire_lease_of_dead_owner(

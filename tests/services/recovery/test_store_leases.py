@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import event
 
 from tests.services.recovery.test_store_contract import store as store_of_each_kind
 from tests.support.recovery.store_support import LEASE, POLICY, T0, WRITE, create_step, success
@@ -170,3 +173,25 @@ def test_not_found_is_final_only_once_the_first_call_cannot_be_running(
     assert decide(plain, absent, T0 + WRITE.consistency_window, POLICY, rng).state is (
         S.WAITING_RETRY
     )
+
+
+def test_a_renewal_never_leaves_the_row_locked_between_round_trips(pg_store: StepStore) -> None:
+    """A heartbeat's UPDATE is committed by the statement itself: were the worker cut off
+    or stopped right after it, no transaction would be left open on the server holding
+    the step's row, which the sweeper (``FOR UPDATE SKIP LOCKED``) would pass over until
+    the server noticed the connection was dead."""
+    _in_flight(pg_store, "locked")
+    claimed = pg_store.get("locked")
+    left: list[str] = []
+
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        status = conn.connection.dbapi_connection.info.transaction_status
+        left.append(f"{status.name}: {statement.split()[0]}")
+
+    event.listen(pg_store.engine, "after_cursor_execute", after)
+    try:
+        renewed = pg_store.renew_lease(claimed, OWNER, LEASE, T0 + SECOND)
+    finally:
+        event.remove(pg_store.engine, "after_cursor_execute", after)
+    assert renewed is not None and renewed.lease_expires_at == T0 + SECOND + LEASE
+    assert left and all(entry.startswith("IDLE:") for entry in left), left
