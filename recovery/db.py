@@ -39,6 +39,13 @@ POSTGRES_NETWORK_BOUNDS: Final = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,
 }
+IDLE_TRANSACTION_TIMEOUT: Final = 30.0
+"""Seconds PostgreSQL keeps a transaction of toolsafe's open while its client says
+nothing (``idle_in_transaction_session_timeout``, set on each connection): a worker
+stopped or cut off mid-transaction then loses its session, and the rows it locked are
+free again, instead of being locked until the server notices the dead connection (the
+sweeper skips locked rows). No transaction of the runtime waits on anything but the
+database between its statements."""
 READ_ONLY: Final = "toolsafe_read_only"
 """Execution option: an SQLite transaction that only reads starts with a plain BEGIN."""
 PG_DEFAULT_PORT: Final = 5432
@@ -88,10 +95,18 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
-def make_engine(url: str | URL, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str | URL,
+    *,
+    idle_transaction_timeout: float | None = IDLE_TRANSACTION_TIMEOUT,
+    **kwargs: Any,
+) -> Engine:
     """An engine for this process: ``pool_pre_ping`` (a ping on checkout, skipped inside
     ``unpinged()``), its pool dropped in forked children, and on PostgreSQL
-    ``POSTGRES_NETWORK_BOUNDS`` (a partition ends in an error, not a hang).
+    ``POSTGRES_NETWORK_BOUNDS`` (a partition ends in an error, not a hang) and
+    ``idle_transaction_timeout`` (:data:`IDLE_TRANSACTION_TIMEOUT`; None: the server's
+    own, as for migrations; an ``options`` query parameter naming
+    ``idle_in_transaction_session_timeout`` in the URL wins).
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions, so
     several worker processes can share one file without "database is locked" failures
@@ -117,6 +132,9 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
         _configure_sqlite(engine, busy_timeout_ms)
     if engine.dialect.name == "postgresql":
         _read_only_is_disconnect(engine)
+        chosen = "idle_in_transaction_session_timeout" in str(parsed.query.get("options", ""))
+        if idle_transaction_timeout is not None and not chosen:
+            _bound_idle_transactions(engine, idle_transaction_timeout)
     _dispose_after_fork(engine)
     return engine
 
@@ -197,6 +215,21 @@ def _read_only_is_disconnect(engine: Engine) -> None:
         orig = context.original_exception
         if getattr(orig, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION:
             context.is_disconnect = True
+
+
+def _bound_idle_transactions(engine: Engine, seconds: float) -> None:
+    """Each new connection's ``idle_in_transaction_session_timeout`` (a ``SET``, not a
+    startup option, so that poolers that refuse ``options`` still connect)."""
+    milliseconds = max(int(seconds * 1000), 1)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        finally:
+            dbapi_connection.autocommit = autocommit
 
 
 def libpq_conninfo(url: str | URL) -> str:

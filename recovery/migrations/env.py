@@ -37,7 +37,8 @@ def run_migrations_online() -> None:
     if connection is not None:
         run(connection)
         return
-    engine = make_engine(config.attributes["toolsafe_url"])
+    # A migration's transaction may hold its locks while it works between statements.
+    engine = make_engine(config.attributes["toolsafe_url"], idle_transaction_timeout=None)
     try:
         with engine.connect() as connection:
             run(connection)

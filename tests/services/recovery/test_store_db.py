@@ -4,6 +4,7 @@ dropped connection, fork safety, timezone-aware times, persistence across a rest
 from __future__ import annotations
 
 import random
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -273,3 +274,39 @@ def test_an_engine_without_the_ping_does_not_ping(store_pg_url: str) -> None:
         assert len(calls) == 2
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_transaction_left_open_frees_its_rows_after_the_bound(
+    pg_store: StepStore, store_pg_url: str
+) -> None:
+    """A client that goes quiet inside a transaction (a worker stopped or cut off between
+    two statements) loses its session after ``idle_transaction_timeout``, and the row it
+    locked is free for the sweeper again; the URL's own ``options`` win."""
+    create_step(pg_store, "create_invoice", {"a": 1}, operation_ref="held", policy=POLICY, now=T0)
+    show = text("SHOW idle_in_transaction_session_timeout")
+    with pg_store.engine.connect() as conn:
+        assert conn.execute(show).scalar() == "30s"
+    theirs = make_engine(f"{store_pg_url}?options=-c%20idle_in_transaction_session_timeout%3D0")
+    quiet = make_engine(store_pg_url, idle_transaction_timeout=0.2)
+    lock = text("SELECT id FROM steps WHERE operation_ref = 'held' FOR UPDATE SKIP LOCKED")
+    try:
+        with theirs.connect() as conn:
+            assert conn.execute(show).scalar() == "0"
+        with quiet.connect() as holder:
+            holder.begin()
+            assert holder.execute(lock).first() is not None
+            # The holder says nothing more; the sweeper's kind of read skips the row
+            # only until the server ends the holder's session.
+            deadline = time.monotonic() + 30
+            with pg_store.engine.connect() as sweeper:
+                while sweeper.execute(lock).first() is None:
+                    sweeper.rollback()
+                    assert time.monotonic() < deadline, "the quiet transaction kept its lock"
+                    time.sleep(0.05)
+                sweeper.rollback()
+            with pytest.raises(DBAPIError):
+                holder.execute(text("SELECT 1"))
+    finally:
+        theirs.dispose()
+        quiet.dispose()
