@@ -140,18 +140,21 @@ def _up(args: argparse.Namespace, folder: Path, port: int, children: list[Proces
     for child in (worker, beat):
         child.wait_ready(READY_TIMEOUT)
     deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        if not gateway.alive():
-            return _died([gateway], folder)
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            _say(f"toolsafe up: the gateway did not answer within {READY_TIMEOUT:g}s")
-            return _died([gateway], folder)
-        time.sleep(0.2)
+    # One client for the wait: a new one builds a TLS context each time (CPU the
+    # starting gateway would be short of).
+    with httpx.Client(base_url=url, timeout=2) as http:
+        while True:
+            if not gateway.alive():
+                return _died([gateway], folder)
+            try:
+                if http.get("/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                _say(f"toolsafe up: the gateway did not answer within {READY_TIMEOUT:g}s")
+                return _died([gateway], folder)
+            time.sleep(0.2)
     _print_ready(url, keys.operator, keys.agent, keys.reused, args.example)
     while True:
         dead = [child for child in children if not child.alive()]

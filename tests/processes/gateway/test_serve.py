@@ -142,11 +142,12 @@ def test_keys_from_the_cli_and_the_gateway_on_sqlite_with_workers(
             assert revoked.returncode == 0, revoked.stderr
             # A verified key is trusted for CACHE_SECONDS, then its row is re-read.
             deadline = time.monotonic() + CACHE_SECONDS + 5
-            while True:
-                answer = httpx.get(f"{server.url}/v1/tools", headers=bearer(token), timeout=10)
-                if answer.status_code != 200 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            with httpx.Client(base_url=server.url, headers=bearer(token), timeout=10) as http:
+                while True:
+                    answer = http.get("/v1/tools")
+                    if answer.status_code != 200 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
             assert answer.status_code == 401
             with GatewayClient(server.url, token) as client, pytest.raises(GatewayError):
                 client.view(ref)

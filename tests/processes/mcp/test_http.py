@@ -190,8 +190,8 @@ def test_mcp_waits_count_in_the_gateways_limit(setup: Setup) -> None:
 
         async with anyio.create_task_group() as group:
             group.start_soon(hold)
-            with anyio.fail_after(20):
-                while httpx.get(f"{setup.server.url}/healthz", timeout=5).json()["waits"] < 1:
+            with anyio.fail_after(20), httpx.Client(base_url=setup.server.url, timeout=5) as http:
+                while http.get("/healthz").json()["waits"] < 1:
                     await anyio.sleep(0.05)
             refused = httpx.get(
                 f"{setup.server.url}/v1/calls/{other}?wait=1", headers=headers, timeout=30

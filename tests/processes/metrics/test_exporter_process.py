@@ -31,10 +31,11 @@ def test_toolsafe_metrics_serves_until_sigterm(store: StepStore, tmp_path: Path)
         assert first.startswith("metrics on http://127.0.0.1:"), first
         address = first.split()[-1]
         shown = ""
-        for _ in range(200):
-            shown = httpx.get(address, timeout=5).text
-            if "toolsafe_counts_up 1.0" in shown:
-                break
+        with httpx.Client(timeout=5) as http:  # one TLS context, not one per poll
+            for _ in range(200):
+                shown = http.get(address).text
+                if "toolsafe_counts_up 1.0" in shown:
+                    break
         assert f'toolsafe_steps{{state="succeeded",tool="{TOOL}"}} 2.0' in shown
         assert 'toolsafe_queue_messages{queue="toolsafe.execute"} 0.0' in shown
         process.send_signal(signal.SIGTERM)
