@@ -2,19 +2,21 @@
 port: the jitter and validator types the port names, the event a state change appends
 (and how it names the envelope the step holds instead of copying it), the ``submitted``
 and verification-claim vocabulary, and the escalation notice with its dedup key and
-re-send schedule. Nothing here knows how a backend keeps its rows.
+re-send schedule, and the two claim shortcuts over ``claim``. Nothing here knows how a
+backend keeps its rows.
 """
 
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from toolsafe.adapters.protocol import FieldError
-from toolsafe.recovery.records import EventRecord
+from toolsafe.recovery.records import Claim, ClaimKind, EventRecord, Refused
 
 __all__ = [
     "CLAIM_LABEL_VERIFY",
@@ -161,3 +163,28 @@ def checked_notice_outcome(outcome: str) -> str:
     if outcome not in NOTICE_OUTCOMES:
         raise ValueError(f"unknown notice outcome {outcome!r}; expected one of {NOTICE_OUTCOMES}")
     return outcome
+
+
+class ClaimShortcuts(ABC):
+    """``claim_execution`` and ``claim_verification``, one definition for every backend:
+    its ``claim`` of that kind, None when refused."""
+
+    @abstractmethod
+    def claim(
+        self, kind: ClaimKind, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | Refused:
+        """The backend's claim of ``kind`` (``StorePort.claim``)."""
+
+    def claim_execution(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        """``claim("execute", …)``; None when refused."""
+        claimed = self.claim("execute", operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None
+
+    def claim_verification(
+        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
+    ) -> Claim | None:
+        """``claim("verify", …)``; None when refused."""
+        claimed = self.claim("verify", operation_ref, owner, lease, now)
+        return claimed if isinstance(claimed, Claim) else None

@@ -49,6 +49,7 @@ from toolsafe.recovery.store.memory.tables import Tables, counted_detail, docume
 from toolsafe.recovery.store.shared import (
     CLAIM_LABEL_VERIFY,
     Change,
+    ClaimShortcuts,
     Jitter,
     submitted_change,
     with_envelopes,
@@ -68,7 +69,7 @@ __all__ = ["MemoryStore"]
 S = StepState
 
 
-class MemoryStore(MemorySweeper, StepActions):
+class MemoryStore(MemorySweeper, StepActions, ClaimShortcuts):
     """Steps and events in dicts and lists; every method one "transaction" under a lock.
 
     A method that raises leaves nothing behind (its writes are undone), as a rolled-back
@@ -281,18 +282,6 @@ class MemoryStore(MemorySweeper, StepActions):
     ) -> Claim | Refused:
         claim_for = self._claim_execution if kind == "execute" else self._claim_verification
         return claim_for(operation_ref, owner, lease, now)
-
-    def claim_execution(
-        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
-    ) -> Claim | None:
-        claimed = self._claim_execution(operation_ref, owner, lease, now)
-        return claimed if isinstance(claimed, Claim) else None
-
-    def claim_verification(
-        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
-    ) -> Claim | None:
-        claimed = self._claim_verification(operation_ref, owner, lease, now)
-        return claimed if isinstance(claimed, Claim) else None
 
     def _claim_execution(
         self, operation_ref: str, owner: str, lease: timedelta, now: datetime

@@ -42,7 +42,7 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.actions import StepActions
 from toolsafe.recovery.store.errors import StepNotFound
-from toolsafe.recovery.store.shared import Jitter, needs_step
+from toolsafe.recovery.store.shared import ClaimShortcuts, Jitter, needs_step
 from toolsafe.recovery.store.sql import leases as leases
 from toolsafe.recovery.store.sql import ops as ops
 from toolsafe.recovery.store.sql import outbox as outbox
@@ -83,7 +83,7 @@ def _summaries(conn: Connection, prefix: str | None) -> list[StepSummary]:
     ]
 
 
-class StepStore(StepSubmits, StepActions):
+class StepStore(StepSubmits, StepActions, ClaimShortcuts):
     """SQLAlchemy implementation over PostgreSQL or SQLite (see ``toolsafe.recovery.db``).
 
     Every method is one transaction, run again by :func:`toolsafe.recovery.db.with_db_retry`
@@ -217,20 +217,6 @@ class StepStore(StepSubmits, StepActions):
         claim_for = ops.claim_execution if kind == "execute" else ops.claim_verification
         row = self._write(lambda conn: claim_for(conn, operation_ref, owner, lease, now))
         return row if isinstance(row, Refused) else Claim(kind, owner, step_record(row))
-
-    def claim_execution(
-        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
-    ) -> Claim | None:
-        """``claim("execute", …)``; None when refused."""
-        claimed = self.claim("execute", operation_ref, owner, lease, now)
-        return claimed if isinstance(claimed, Claim) else None
-
-    def claim_verification(
-        self, operation_ref: str, owner: str, lease: timedelta, now: datetime
-    ) -> Claim | None:
-        """``claim("verify", …)``; None when refused."""
-        claimed = self.claim("verify", operation_ref, owner, lease, now)
-        return claimed if isinstance(claimed, Claim) else None
 
     def record(
         self,
