@@ -7,9 +7,9 @@ A hint's ETA goes out at the publisher's best estimate of the due time on its ow
 allowance, ``settings.calls.early_wait``), so it may arrive early by the two processes'
 errors in measuring the database's clock. The database still refuses every early claim
 (R6): the store answers the refusal with the step's ``due_at`` (``Refused``), and only
-when that is at most :func:`bound` ahead does the worker wait. The second claim gets its
-own answer: the step may have moved meanwhile (claimed elsewhere, rescheduled,
-cancelled).
+when that is at most ``clock.early_bound`` ahead (twice this process's uncertainty plus
+the early allowance) does the worker wait. The second claim gets its own answer: the
+step may have moved meanwhile (claimed elsewhere, rescheduled, cancelled).
 """
 
 from __future__ import annotations
@@ -27,12 +27,6 @@ from toolsafe.tasks.runtime import Runtime
 log = logging.getLogger("toolsafe.pipeline")
 
 
-def bound(uncertainty: timedelta, allowance: timedelta) -> timedelta:
-    """The longest an early hint is waited for: ``clock.early_bound``, twice this
-    process's ``uncertainty`` plus ``allowance`` (``settings.calls.early_wait``)."""
-    return early_bound(uncertainty, allowance)
-
-
 def wait_until(
     refused: Refused, claimed_at: datetime, uncertainty: timedelta, allowance: timedelta
 ) -> datetime | None:
@@ -40,10 +34,10 @@ def wait_until(
 
     ``claimed_at`` is the ``now`` the refused claim handed to the store: the step is
     waited for only when it was refused for not being due and nothing but time stood in
-    the way (``refused.due_at``), at most :func:`bound` after ``claimed_at``."""
+    the way (``refused.due_at``), at most ``clock.early_bound`` after ``claimed_at``."""
     if refused.reason != NOOP_NOT_DUE or refused.due_at is None:
         return None
-    if refused.due_at - claimed_at > bound(uncertainty, allowance):
+    if refused.due_at - claimed_at > early_bound(uncertainty, allowance):
         return None
     return refused.due_at
 
@@ -52,9 +46,10 @@ def seconds_left(
     due_at: datetime, now: datetime, uncertainty: timedelta, allowance: timedelta
 ) -> float:
     """How long to sleep from ``now`` (the database's time) until ``due_at``: never
-    negative, and never longer than :func:`bound` (should this process's clock have been
-    measured again meanwhile, a claim made too early is refused again, as it was)."""
-    left = min(due_at - now, bound(uncertainty, allowance))
+    negative, and never longer than ``clock.early_bound`` (should this process's clock
+    have been measured again meanwhile, a claim made too early is refused again, as it
+    was)."""
+    left = min(due_at - now, early_bound(uncertainty, allowance))
     return max(left.total_seconds(), 0.0)
 
 
@@ -64,9 +59,9 @@ def claim_when_due(
     """The store's answer to a claim of ``kind``, and the monotonic time the claim was
     made at (where the lease's own clock starts: ``tasks/lease.py``).
 
-    A claim refused for an early hint within :func:`bound` sleeps until the due time on
-    the database's clock and is made once more; that second answer stands, whatever it
-    is. The sleep holds this pool slot (a few milliseconds with the default
+    A claim refused for an early hint within ``clock.early_bound`` sleeps until the due
+    time on the database's clock and is made once more; that second answer stands,
+    whatever it is. The sleep holds this pool slot (a few milliseconds with the default
     ``settings.calls.early_wait``) and no lease."""
     lease = timedelta(seconds=runtime.settings.calls.lease)
     claimed_at = time.monotonic()
