@@ -64,13 +64,18 @@ typecheck: venv-dev
 # (tests/conftest.py, xdist_scope). PYTEST_PARALLEL= runs in one process.
 PYTEST_WORKERS  ?= 3
 PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
+# The suite starts a few hundred interpreters (workers, CLIs, benchmark programs) and each
+# xdist worker imports every test module: with PYTHONDONTWRITEBYTECODE set (containers
+# often set it), each of them compiles toolsafe's and the tests' sources again. The test
+# run writes the bytecode caches (__pycache__, ignored by git) whatever the shell says.
+PYTEST_ENV ?= env -u PYTHONDONTWRITEBYTECODE
 pytest: venv-dev
-	$(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -W error $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
 # Measure each work unit again into tests/support/durations.json, which orders the units longest
 # first (tests/support/schedule.py); commit the table after a run on a quiet machine.
 test-durations: venv-dev
-	TOOLSAFE_TEST_DURATIONS=tests/support/durations.json \
+	$(PYTEST_ENV) TOOLSAFE_TEST_DURATIONS=tests/support/durations.json \
 		$(BIN)/pytest -W error $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The suite under coverage, subprocesses included (docs/coverage.md).

@@ -66,9 +66,11 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
             # Short: a live call's heartbeat renews it (every 0.6 s), a dead one's ends soon.
             "TOOLSAFE_LEASE_SECONDS": "3",
             "TOOLSAFE_SWEEP_INTERVAL": "0.5",
-            # Lost hints (a broker flush) are republished after this; well above the
-            # queue's latency, or every queued step would be published again and again.
-            "TOOLSAFE_REPUBLISH_AFTER": "15",
+            # A hint lost without the broker losing its data (held by a SIGKILLed worker
+            # until the visibility timeout) is re-sent after this. The sweeper re-sends
+            # none while hints wait in the broker (tasks/sweeper.py), so a short value
+            # piles nothing onto a queue being drained; it only ends the run's tail sooner.
+            "TOOLSAFE_REPUBLISH_AFTER": "5",
             # Below the retry and lookup delays (up to 2 s): most of them are parked in
             # the store and sent by the release timer, so its path is under the faults too.
             "TOOLSAFE_MAX_ETA": "1",
