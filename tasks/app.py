@@ -176,7 +176,9 @@ class Publisher:
     def backlog(self) -> int | None:
         """Hints waiting in the execute and verify queues; None when the broker can't say."""
         try:
-            with self.app.connection_for_read() as connection:
+            # A pooled connection, as a publish takes: a sweep asks every few seconds,
+            # and a new connection each time cost as much as the sweep's queries.
+            with self.app.pool.acquire(block=True) as connection:
                 channel = connection.default_channel
                 total = 0
                 for queue in (EXECUTE_QUEUE, VERIFY_QUEUE):
