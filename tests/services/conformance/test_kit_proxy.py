@@ -1,10 +1,13 @@
-"""The conformance kit's fault proxy relays and injects over real sockets."""
+"""The conformance kit's fault proxy relays and injects over real sockets; the block that
+held a slow answer ends knowing what the service did with the request."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
+import pytest
 
 from tests.support.adapters.adapter_servers import Conn, ScriptedServer
 from toolsafe.conformance.proxy import Action, FaultProxy
@@ -45,3 +48,24 @@ def test_the_proxy_relays_and_injects_over_real_sockets() -> None:
             except httpx.RemoteProtocolError:
                 pass
         assert len(server.requests) == before  # nothing reached the service
+
+
+def test_a_held_answer_is_judged_by_what_the_service_did_after_the_client_gave_up() -> None:
+    answer_now = threading.Event()
+
+    def late(conn: Conn) -> None:
+        if conn.read_request() is not None and answer_now.wait(30):
+            conn.respond(201, b'{"id": "x_2"}')
+
+    with (
+        ScriptedServer(late) as server,
+        FaultProxy(server.url) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=httpx.Timeout(10.0, read=0.2)) as client,
+    ):
+        with proxy.acting(Action("stall_after", seconds=60)) as seen:
+            with pytest.raises(httpx.ReadTimeout):
+                client.post("/things", json={})
+            answer_now.set()  # the service acts only once the client has given up
+        # The block ended once the service had answered the proxy, not after the hold.
+        assert len(seen) == 1 and seen[0].action == "stall_after"
+        assert seen[0].forwarded and seen[0].upstream_status == 201
