@@ -48,8 +48,9 @@ def add_parser(commands: Any) -> None:
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="the read timeout the adapter gets during the run; the slow-answer scenarios "
-        "wait this long plus 1.5 s (default 1.0)",
+        help="the read timeout the adapter gets during the run (default 1.0); in the "
+        "slow-answer scenarios the answer is held until the adapter gives up, after a "
+        "timeout of 0.2 s (at most this), and never longer than this plus 1.5 s",
     )
     check.add_argument("--json", action="store_true", help="the report as JSON")
     check.add_argument(

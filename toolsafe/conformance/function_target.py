@@ -5,7 +5,7 @@ name its target, its real requests sent through the fault proxy as well."""
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,6 +20,7 @@ from toolsafe.adapters.sending import KeyPlace
 from toolsafe.conformance import hostile
 from toolsafe.conformance.proxy import PASS, Action, FaultProxy, Seen, refused_url
 from toolsafe.conformance.targets import (
+    SLOW_ANSWER_TIMEOUT,
     Attempt,
     CannotInject,
     LookupFault,
@@ -49,11 +50,15 @@ class UnforeseenError(Exception):
 
 @dataclass
 class _Probe:
-    """Records whether the real call ran to its end inside a wrapper."""
+    """Records whether the real call ran to its end inside a wrapper (``ended`` once it
+    returned or raised); ``released`` lets a call held past its timeout return once the
+    adapter has given up on it."""
 
     completed: bool = False
     value: object = None
     calls: list[str] = field(default_factory=list)
+    ended: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 def construct(klass: type[BaseException]) -> BaseException:
@@ -98,6 +103,10 @@ class CallTarget(Target):
         self.function_adapter = adapter
         self.adapter = adapter
         self.timeout = None if adapter.timeout is None else min(adapter.timeout, timeout)
+        # The timeout of the calls the kit holds past it (targets.SLOW_ANSWER_TIMEOUT).
+        self.slow_timeout = None if self.timeout is None else min(self.timeout, SLOW_ANSWER_TIMEOUT)
+        # The longest a call (or the proxy, an answer) is held for an adapter that never
+        # gives up; a held call returns as soon as the adapter has.
         self.stall = (self.timeout or timeout) + 1.5
 
     @property
@@ -212,10 +221,13 @@ class CallTarget(Target):
                 return returned
             if before and raised is not None:
                 raise raised
-            probe.value = run()
-            probe.completed = True
+            try:
+                probe.value = run()
+                probe.completed = True
+            finally:
+                probe.ended.set()
             if slow:
-                time.sleep(self.stall)
+                probe.released.wait(self.stall)
                 return probe.value
             assert raised is not None
             raise raised
@@ -239,13 +251,14 @@ class CallTarget(Target):
             return self._wire(data, ref, fault, started)
         probe = _Probe()
         around = self._around(fault, probe)
-        adapter = self.function_adapter.wrapped(around, timeout=self.timeout)
+        slow = fault.name.startswith("the call runs past")
+        timeout = self.slow_timeout if slow else self.timeout
+        adapter = self.function_adapter.wrapped(around, timeout=timeout)
         envelope, seen = self._call(adapter, data, ref, PASS)
-        if fault.name.startswith("the call runs past"):
+        probe.released.set()
+        if slow:
             # The abandoned call finishes in its thread; the kit waits for it.
-            deadline = time.monotonic() + (self.timeout or 0) + 5
-            while not probe.completed and time.monotonic() < deadline:
-                time.sleep(0.05)
+            probe.ended.wait((self.timeout or 0) + 5)
         return Attempt(envelope, started, datetime.now(UTC), probe.completed, seen)
 
     def _wire(self, data: Mapping[str, Any], ref: str, fault: WriteFault,
@@ -291,12 +304,17 @@ class CallTarget(Target):
             if "unreadable" in name:
                 return object()
             value = run()
-            time.sleep(self.stall)
+            released.wait(self.stall)
             return value
 
-        return call_lookup(
-            self.function_adapter.wrapped(around_lookup=around, timeout=self.timeout), ref
-        )
+        released = threading.Event()
+        timeout = self.slow_timeout if "runs past" in name else self.timeout
+        try:
+            return call_lookup(
+                self.function_adapter.wrapped(around_lookup=around, timeout=timeout), ref
+            )
+        finally:
+            released.set()
 
     def close(self) -> None:
         if self.proxy is not None:

@@ -52,7 +52,9 @@ def check_adapter(
     built from its settings). A write runs only against a target the caller names:
     ``base_url``, ``target_from_settings`` (where its settings point), or ``dry_run`` (an
     in-process double); otherwise :class:`TargetNotNamed` is raised before anything is
-    sent. ``announce`` is told the target first."""
+    sent. ``announce`` is told the target first. ``timeout`` is the adapter's timeout for
+    every normal answer; the slow-answer scenarios give it a shorter one
+    (``targets.SLOW_ANSWER_TIMEOUT``) and hold the answer only until it gives up."""
     loaded = adapter if isinstance(adapter, Loaded) else Loaded(adapter)
     loaded.adapter.refuse_unknowable()
     chosen = aim(loaded, base_url, target_from_settings, dry_run)

@@ -1,15 +1,17 @@
 """A fault-injecting HTTP proxy on 127.0.0.1: real TCP, real HTTP, between an adapter and
 its downstream. Each request is passed on, answered in the proxy's place, dropped or held
-according to the action in force; what it did is logged per request."""
+according to the action in force when it connected; what it did is logged per request."""
 
 from __future__ import annotations
 
 import contextlib
+import selectors
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Literal
@@ -21,7 +23,8 @@ Kind = Literal[
     "drop_before",  # read the request, close without forwarding
     "drop_after",  # forward (the service acts), then close without answering
     "status_after",  # forward, then answer `status` instead of the service's answer
-    "stall_after",  # forward, then hold the answer for `seconds` and close
+    "stall_after",  # forward, then hold the answer until the client gives up (at most
+    # `seconds`) and close
 ]
 
 _MAX_HEAD = 65_536
@@ -55,6 +58,16 @@ class Seen:
     # What the request carried, for the kit to check where the operation_ref went.
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+
+
+@dataclass
+class _Connection:
+    """One accepted connection: the action it gets, and ``settled`` once its request is
+    read, logged and, when passed on, answered by the service (or has failed)."""
+
+    action: Action
+    seen: Seen | None = None
+    settled: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -152,7 +165,12 @@ def _response(
 
 class FaultProxy:
     """``with FaultProxy(upstream) as proxy``: ``proxy.url`` for the adapter, ``with
-    proxy.acting(action):`` around a call, ``proxy.seen`` for what happened."""
+    proxy.acting(action):`` around a call, ``proxy.seen`` for what happened.
+
+    A connection gets the action in force when it is accepted, and :meth:`acting` accepts
+    whatever is still queued before it ends; so a request the adapter sent inside the
+    block gets the block's action even when the adapter gave up before the proxy picked
+    it up, however busy the machine."""
 
     def __init__(self, upstream: str, *, connect_timeout: float = 5.0) -> None:
         parts = urlsplit(upstream)
@@ -168,11 +186,14 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._connections: list[_Connection] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(64)
-        self._sock.settimeout(0.05)
+        self._sock.setblocking(False)
+        # Readable once the proxy stops: wakes the accept loop and every held answer.
+        self._wake, self._waker = socket.socketpair()
         self._accept = threading.Thread(target=self._loop, daemon=True, name="conformance-proxy")
 
     @property
@@ -185,42 +206,67 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._waker.send(b"x")
         self._accept.join(timeout=5)
         for thread in self._threads:
             thread.join(timeout=5)
         self._sock.close()
+        self._wake.close()
+        self._waker.close()
 
     @contextlib.contextmanager
     def acting(self, action: Action) -> Iterator[list[Seen]]:
         """Apply ``action`` to every request until the block ends; yields the requests
-        handled meanwhile."""
+        handled meanwhile, filled in when the block ends, once each of them was read and,
+        when passed on, answered by the service (so ``forwarded`` and ``upstream_status``
+        are final)."""
         with self._lock:
-            start = len(self.seen)
+            start = len(self._connections)
             self._action = action
         handled: list[Seen] = []
         try:
             yield handled
         finally:
             with self._lock:
+                self._take(action)
                 self._action = PASS
-                handled.extend(self.seen[start:])
+                mine = self._connections[start:]
+            for connection in mine:
+                connection.settled.wait()
+            handled.extend(c.seen for c in mine if c.seen is not None)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._sock, selectors.EVENT_READ)
+            selector.register(self._wake, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                selector.select()
+                if self._stop.is_set():
+                    return
+                try:
+                    with self._lock:
+                        self._take(self._action)
+                except OSError:  # the listening socket is gone
+                    return
+
+    def _take(self, action: Action) -> None:
+        """Accept every queued connection and serve it under ``action`` (lock held)."""
+        while True:
             try:
                 client, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
+            except BlockingIOError:  # none queued
                 return
-            with self._lock:
-                action = self._action
-            thread = threading.Thread(target=self._serve, args=(client, action), daemon=True)
+            except ConnectionAbortedError:  # reset by the client before it was accepted
+                continue
+            connection = _Connection(action)
+            self._connections.append(connection)
+            thread = threading.Thread(target=self._serve, args=(client, connection), daemon=True)
             self._threads = [alive for alive in self._threads if alive.is_alive()]
             self._threads.append(thread)
             thread.start()
 
-    def _serve(self, client: socket.socket, action: Action) -> None:
+    def _serve(self, client: socket.socket, connection: _Connection) -> None:
+        action = connection.action
         try:
             client.settimeout(30)
             message = _read_message(client)
@@ -232,17 +278,20 @@ class FaultProxy:
             seen = Seen(method, target, action.kind, headers=tuple(headers), body=body)
             with self._lock:
                 self.seen.append(seen)
+            connection.seen = seen
             request = _Request(method, target, version, headers, body)
-            self._carry_out(client, request, action, seen)
+            self._carry_out(client, request, connection, seen)
         except OSError:
             pass
         finally:
+            connection.settled.set()
             with contextlib.suppress(OSError):
                 client.close()
 
     def _carry_out(
-        self, client: socket.socket, request: _Request, action: Action, seen: Seen
+        self, client: socket.socket, request: _Request, connection: _Connection, seen: Seen
     ) -> None:
+        action = connection.action
         if action.kind == "answer":
             client.sendall(
                 _response(action.status, action.body, action.content_type, action.headers)
@@ -251,6 +300,7 @@ class FaultProxy:
         if action.kind == "drop_before":
             return
         answer = self._forward(request, seen)
+        connection.settled.set()
         if action.kind == "pass":
             if answer is not None:
                 client.sendall(answer)
@@ -260,8 +310,21 @@ class FaultProxy:
             client.sendall(_response(action.status, page, "text/html", action.headers))
             return
         if action.kind == "stall_after":
-            self._stop.wait(action.seconds)
+            self._hold(client, action.seconds)
         # drop_after, and a stall once held: close without an answer.
+
+    def _hold(self, client: socket.socket, seconds: float) -> None:
+        """Keep ``client`` waiting for an answer until it gives up (closes its end), the
+        proxy stops, or ``seconds`` pass: a stall costs the client's own timeout, and one
+        that never gives up finds the connection closed."""
+        deadline = time.monotonic() + seconds
+        with selectors.DefaultSelector() as selector:
+            selector.register(client, selectors.EVENT_READ)
+            selector.register(self._wake, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0:
+                ready = {key.fileobj for key, _ in selector.select(left)}
+                if not ready or self._wake in ready or not client.recv(65_536):
+                    return
 
     def _forward(self, request: _Request, seen: Seen) -> bytes | None:
         """Send the request to the service and return its raw answer (None: none came)."""

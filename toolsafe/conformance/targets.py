@@ -120,6 +120,11 @@ def retry_headers(seconds: int, *, http_date: bool) -> tuple[tuple[str, str], ..
 
 
 # --- faults on the wire ------------------------------------------------------------------
+# The timeout the adapter gets in the slow-answer scenarios (at most the run's own): the
+# answer is held until the adapter gives up, so any timeout shows how the adapter
+# classifies one; a short one keeps those scenarios short. Every other call keeps the
+# run's timeout, which a normal answer must fit in.
+SLOW_ANSWER_TIMEOUT = 0.2
 DROPPED_BEFORE = "connection dropped before the service saw the request"
 DROPPED_AFTER = "request delivered, connection dropped before the answer"
 SLOW_ANSWER = "request delivered, answer slower than the read timeout"
@@ -258,6 +263,7 @@ _NOT_FOUND_SHAPES: tuple[tuple[str, bytes, str], ...] = (
         "application/json",
     ),
 )
+SLOW_LOOKUP = "lookup: answer slower than the read timeout"
 _LOOKUP_DOWN: tuple[tuple[str, Action], ...] = (
     ("lookup: 503 with an HTML page",
      Action("answer", status=503, body=b"<html>down</html>", content_type="text/html")),
@@ -290,8 +296,13 @@ class HttpTarget(Target):
         }
         self.proxied = self.original.rebased(self.proxy.url, **limits)
         self.adapter = self.proxied
+        # For the slow answers: the proxy holds the answer until this one gives up.
+        self.impatient = self.original.rebased(
+            self.proxy.url, **{**limits, "read_timeout": min(timeout, SLOW_ANSWER_TIMEOUT)}
+        )
         dead, self._holder = refused_url()
         self.refused = self.original.rebased(dead, **limits)
+        # The longest the proxy holds an answer, for an adapter that never gives up.
         self.stall = self.timeout + 1.5
 
     @property
@@ -327,14 +338,17 @@ class HttpTarget(Target):
         if fault is not None and fault.kind == "not_sent":
             envelope = call_adapter(self.refused, data, ref)
             return Attempt(envelope, started, datetime.now(UTC), False)
+        adapter = (
+            self.impatient if fault is not None and fault.name == SLOW_ANSWER else self.adapter
+        )
         with self.proxy.acting(wire_action(fault, self.stall) if fault else PASS) as seen:
-            envelope = call_adapter(self.adapter, data, ref)
+            envelope = call_adapter(adapter, data, ref)
         return Attempt(envelope, started, datetime.now(UTC), acted(seen), list(seen))
 
     def lookup_faults(self) -> list[LookupFault]:
         faults = [LookupFault("lookup: connection refused")]
         faults += [LookupFault(name) for name, _ in _LOOKUP_DOWN]
-        faults.append(LookupFault("lookup: answer slower than the read timeout"))
+        faults.append(LookupFault(SLOW_LOOKUP))
         for name, body, _ in _NOT_FOUND_SHAPES:
             if not self._declared_shape(body):
                 faults.append(LookupFault(name, not_found_shape=True))
@@ -359,24 +373,28 @@ class HttpTarget(Target):
         for name, body, content_type in _NOT_FOUND_SHAPES:
             if fault.name == name:
                 return Action("answer", status=404, body=body, content_type=content_type)
-        if "slower" in fault.name:
+        if fault.name == SLOW_LOOKUP:
             return Action("stall_after", seconds=self.stall)
         return PASS
 
     def lookup(self, ref: str, fault: LookupFault | None) -> LookupResult:
         if fault is not None and "refused" in fault.name:
             return call_lookup(self.refused, ref)
+        adapter = (
+            self.impatient if fault is not None and fault.name == SLOW_LOOKUP else self.adapter
+        )
         with self.proxy.acting(self._lookup_action(fault) if fault else PASS):
-            return call_lookup(self.adapter, ref)
+            return call_lookup(adapter, ref)
 
     def close(self) -> None:
-        for adapter in (self.proxied, self.refused):
+        for adapter in (self.proxied, self.impatient, self.refused):
             adapter.close()
         self._holder.close()
         self.proxy.__exit__(None, None, None)
 
 
 __all__ = [
+    "SLOW_ANSWER_TIMEOUT",
     "Attempt",
     "CannotInject",
     "HttpTarget",

@@ -1,11 +1,13 @@
 """The kit's parts in-process: reads and adapters it cannot wrap get the rows that apply
 to them, the report's two forms agree, a write runs only against a target the caller
 names, function adapters get the retry/effect count and their declared exceptions
-raised after the call, and the room needs neither a broker nor a database."""
+raised after the call, a call held past its timeout costs the kit's short slow-answer
+timeout rather than the run's, and the room needs neither a broker nor a database."""
 
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -195,3 +197,26 @@ def test_free_text_without_a_result_model_is_warned() -> None:
     ]
     assert row.verdict == "warn" and "free text in note and no result_model" in row.got
     assert report.passed, report.text()
+
+
+def test_a_call_held_past_its_timeout_returns_once_the_adapter_gave_up() -> None:
+    done: dict[str, str] = {}
+    timeout = 30.0
+
+    @tool(lookup=lambda ref: [{"id": done[ref]}] if ref in done else [], timeout=timeout)
+    def patient_charge(customer_id: str, operation_ref: str) -> dict[str, str]:
+        """Charge once per operation_ref, with a long timeout."""
+        done.setdefault(operation_ref, f"ch_{len(done) + 1}")
+        return {"id": done[operation_ref]}
+
+    started = time.monotonic()
+    report = check_adapter(patient_charge, {"customer_id": "c"}, target_from_settings=True,
+                           timeout=timeout)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert report.passed, report.text()
+    verdicts = {check.scenario: check.verdict for check in report.checks}
+    assert verdicts["the call runs past the adapter's timeout"] == "pass"
+    assert verdicts["verify after: the call runs past the adapter's timeout"] == "pass"
+    assert verdicts["lookup runs past the adapter's timeout"] == "pass"
+    # Held for its 30 s timeout, the two calls would take a minute.
+    assert elapsed < timeout
