@@ -93,11 +93,14 @@ def enabled() -> bool:
     return _context is not None
 
 
-def eligible(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter."""
+def eligible(
+    argv: Sequence[str], env: Mapping[str, str], modules: Sequence[str] = MODULES
+) -> bool:
+    """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter:
+    ``python -m`` of one of ``modules`` (or a submodule)."""
     if _context is None or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
         return False
-    if not any(argv[2] == name or argv[2].startswith(f"{name}.") for name in MODULES):
+    if not any(argv[2] == name or argv[2].startswith(f"{name}.") for name in modules):
         return False
     names = {*env, *_base_env}
     return all(
@@ -118,9 +121,12 @@ class Preloaded:
         cwd: Path | None,
         log_path: Path,
         err_path: Path | None = None,
+        preload_children: bool = False,
     ) -> None:
         """Start ``argv``, its stdout appended to ``log_path``, its stderr too or to
-        ``err_path`` when given."""
+        ``err_path`` when given; with ``preload_children``, the child serves its own
+        eligible harness children from a preloaded interpreter of its own (:func:`enable`
+        in the child, with the child's environment)."""
         if _context is None:
             raise RuntimeError("toolsafe.harness.preload.enable() was not called")
         self.args = list(argv)
@@ -128,7 +134,7 @@ class Preloaded:
         errors = str(err_path if err_path is not None else log_path)
         self._process = _context.Process(
             target=_run,
-            args=(list(argv[2:]), dict(env), where, str(log_path), errors),
+            args=(list(argv[2:]), dict(env), where, str(log_path), errors, preload_children),
             daemon=True,
         )
         with _polling:  # start() polls the other children (multiprocessing's cleanup)
@@ -186,17 +192,24 @@ def run(
     env: Mapping[str, str],
     cwd: Path | None = None,
     timeout: float | None = None,
+    modules: Sequence[str] = MODULES,
+    preload_children: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True)``: from the preloaded
-    interpreter when ``argv`` is eligible, else as a new interpreter."""
-    if not eligible(argv, env):
+    interpreter when ``argv`` is eligible (``modules``: the ``-m`` targets allowed, for
+    a caller that runs a program of its own, such as a benchmark), else as a new
+    interpreter. ``preload_children``: as for :class:`Preloaded`."""
+    if not eligible(argv, env, modules):
         return subprocess.run(
             list(argv), env=dict(env), cwd=cwd, capture_output=True, text=True,
             timeout=timeout, check=False,
         )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="toolsafe-run-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        child = Preloaded(argv, env=env, cwd=cwd, log_path=out, err_path=err)
+        child = Preloaded(
+            argv, env=env, cwd=cwd, log_path=out, err_path=err,
+            preload_children=preload_children,
+        )  # fmt: skip
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -209,11 +222,18 @@ def run(
         )
 
 
-def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+def _run(
+    tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: str, children: bool
+) -> None:
     """In the child: become a process group's leader, write to the log(s), take the
-    child's environment and folder, then run ``python -m <tail>``."""
+    child's environment and folder (and, with ``children``, a preloaded interpreter of
+    its own for its children), then run ``python -m <tail>``."""
     os.setsid()
-    multiprocessing.current_process().name = "MainProcess"  # as logs name a main process
+    current = multiprocessing.current_process()
+    current.name = "MainProcess"  # as logs name a main process
+    # A program of its own, as ``python -m`` would start it: it may start children
+    # (multiprocessing refuses a daemon's), which it joins or stops itself.
+    current.daemon = False
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -225,6 +245,11 @@ def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: s
     adopt_environ(env)
     if cwd is not None:
         os.chdir(cwd)
+    if children:
+        # Started on the first eligible child, from this environment (its interpreter-level
+        # names are the server's); it exits when this process does (multiprocessing's
+        # alive pipe closes).
+        enable()
     _streams(bool(env.get("PYTHONUNBUFFERED")))
     sys.path.insert(0, os.getcwd())  # what ``python -m`` puts first
     module, *args = tail
