@@ -93,9 +93,7 @@ def enabled() -> bool:
     return _context is not None
 
 
-def eligible(
-    argv: Sequence[str], env: Mapping[str, str], modules: Sequence[str] = MODULES
-) -> bool:
+def eligible(argv: Sequence[str], env: Mapping[str, str], modules: Sequence[str] = MODULES) -> bool:
     """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter:
     ``python -m`` of one of ``modules`` (or a submodule)."""
     if _context is None or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
@@ -126,7 +124,9 @@ class Preloaded:
         """Start ``argv``, its stdout appended to ``log_path``, its stderr too or to
         ``err_path`` when given; with ``preload_children``, the child serves its own
         eligible harness children from a preloaded interpreter of its own (:func:`enable`
-        in the child, with the child's environment)."""
+        in the child, with the child's environment). Those import the child's module as
+        ``__mp_main__``, as multiprocessing's children do: its work must sit under
+        ``if __name__ == "__main__"``."""
         if _context is None:
             raise RuntimeError("toolsafe.harness.preload.enable() was not called")
         self.args = list(argv)
