@@ -33,7 +33,11 @@ def run_benchmark(name: str, pg_url: str, redis_url: str, *args: str) -> str:
         "--database", f"{base}/{database}",
     ]  # fmt: skip
     done = preload.run(
-        command, env=dict(os.environ), cwd=ROOT, timeout=240, modules=("benchmarks",),
+        command,
+        env=dict(os.environ),
+        cwd=ROOT,
+        timeout=240,
+        modules=("benchmarks",),
         preload_children=True,
     )
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
