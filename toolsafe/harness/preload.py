@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from multiprocessing import connection
+from multiprocessing import connection, forkserver
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Final
@@ -123,18 +123,19 @@ class Preloaded:
     ) -> None:
         """Start ``argv``, its stdout appended to ``log_path``, its stderr too or to
         ``err_path`` when given; with ``preload_children``, the child serves its own
-        eligible harness children from a preloaded interpreter of its own (:func:`enable`
-        in the child, with the child's environment). Those import the child's module as
-        ``__mp_main__``, as multiprocessing's children do: its work must sit under
-        ``if __name__ == "__main__"``."""
+        eligible harness children from the same preloaded interpreter (its siblings, then,
+        judged eligible against this process's environment). Those import the child's
+        module as ``__mp_main__``, as multiprocessing's children do: its work must sit
+        under ``if __name__ == "__main__"``."""
         if _context is None:
             raise RuntimeError("toolsafe.harness.preload.enable() was not called")
         self.args = list(argv)
         where = str(cwd) if cwd is not None else None
+        children_env = dict(_base_env) if preload_children else None
         errors = str(err_path if err_path is not None else log_path)
         self._process = _context.Process(
             target=_run,
-            args=(list(argv[2:]), dict(env), where, str(log_path), errors, preload_children),
+            args=(list(argv[2:]), dict(env), where, str(log_path), errors, children_env),
             daemon=True,
         )
         with _polling:  # start() polls the other children (multiprocessing's cleanup)
@@ -222,12 +223,39 @@ def run(
         )
 
 
+def _serve_children(base_env: Mapping[str, str]) -> None:
+    """In a child of the server: serve this process's eligible children from that server
+    too, eligibility judged against the environment it was started with (``base_env``).
+
+    A child inherits the server's address and the write end of its "alive" pipe (the
+    server runs while a holder lives: this process, then), all multiprocessing needs to
+    ask for a fork; only ``ensure_running`` would start a second server, a new
+    interpreter importing everything again, as it knows no server pid here. Where that
+    inheritance is missing (another Python), a server of its own is started instead."""
+    global _context
+    server = forkserver._forkserver  # the module's own instance, as its children use it
+    inherited = ("_forkserver_address", "_forkserver_alive_fd")
+    if any(getattr(server, name, None) is None for name in inherited):
+        enable()
+        return
+    setattr(server, "ensure_running", lambda: None)  # noqa: B010 - a method to mypy
+    with _lock:
+        _base_env.clear()
+        _base_env.update(base_env)
+        _context = multiprocessing.get_context("forkserver")
+
+
 def _run(
-    tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: str, children: bool
+    tail: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    out: str,
+    err: str,
+    children_env: dict[str, str] | None,
 ) -> None:
     """In the child: become a process group's leader, write to the log(s), take the
-    child's environment and folder (and, with ``children``, a preloaded interpreter of
-    its own for its children), then run ``python -m <tail>``."""
+    child's environment and folder (and, given the server's ``children_env``, serve its
+    own children from the server too), then run ``python -m <tail>``."""
     os.setsid()
     current = multiprocessing.current_process()
     current.name = "MainProcess"  # as logs name a main process
@@ -245,11 +273,8 @@ def _run(
     adopt_environ(env)
     if cwd is not None:
         os.chdir(cwd)
-    if children:
-        # Started on the first eligible child, from this environment (its interpreter-level
-        # names are the server's); it exits when this process does (multiprocessing's
-        # alive pipe closes).
-        enable()
+    if children_env is not None:
+        _serve_children(children_env)
     _streams(bool(env.get("PYTHONUNBUFFERED")))
     sys.path.insert(0, os.getcwd())  # what ``python -m`` puts first
     module, *args = tail

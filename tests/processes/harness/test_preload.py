@@ -3,7 +3,7 @@ suite) behave as the new interpreters they stand in for: the command's exit code
 output, the child's own environment and folder, a process group of its own that a
 SIGKILL ends with -9, one exit status however many threads ask for it; and a child whose
 interpreter-level environment differs is started as a new interpreter. A program run
-this way may serve its own children from a preloaded interpreter of its own."""
+this way may serve its own children from the same preloaded interpreter."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from toolsafe.harness import preload, spawn, wait_until
+from toolsafe.harness import preload, spawn
 from toolsafe.harness.errors import ProcessStartError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -113,7 +113,7 @@ if __name__ == "__main__":
 """
 
 
-def test_a_preloaded_program_serves_its_children_from_a_server_that_ends_with_it(
+def test_a_preloaded_program_serves_its_children_from_the_same_interpreter(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "starts_one.py").write_text(PROGRAM)
@@ -122,18 +122,11 @@ def test_a_preloaded_program_serves_its_children_from_a_server_that_ends_with_it
     assert not preload.eligible(argv, env) and preload.eligible(argv, env, ("starts_one",))
     plain = preload.run(argv, env=env, cwd=tmp_path, timeout=60, modules=("starts_one",))
     assert plain.returncode == 0, plain.stderr
-    assert "code 0 preloaded False" in plain.stdout and "server None" in plain.stdout
-    nested = preload.run(
+    assert "code 0 preloaded False" in plain.stdout and "toolsafe " in plain.stdout
+    served = preload.run(
         argv, env=env, cwd=tmp_path, timeout=60, modules=("starts_one",), preload_children=True
     )
-    assert nested.returncode == 0, nested.stderr
-    assert "code 0 preloaded True" in nested.stdout and "toolsafe " in nested.stdout
-    server = int(nested.stdout.split("server ", 1)[1].split()[0])
-
-    def ended() -> bool:  # gone, or a zombie until its new parent reaps it
-        try:
-            return Path(f"/proc/{server}/stat").read_text().split(") ", 1)[1][0] == "Z"
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-
-    wait_until(ended, timeout=30, what="the program's own preloaded interpreter to exit")
+    assert served.returncode == 0, served.stderr
+    assert "code 0 preloaded True" in served.stdout and "toolsafe " in served.stdout
+    # Forked by the suite's server: the program started no server of its own.
+    assert "server None" in served.stdout
