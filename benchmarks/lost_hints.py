@@ -6,7 +6,7 @@ and commits to a PostgreSQL database of its own; no worker runs, so the hints th
 holds when it is killed are exactly the ones it loses. Each round:
 
 1. submit ``--steps`` steps (their hints wait in the broker);
-2. a quiet spell: sweeps every ``--interval`` seconds for 1 s longer than
+2. a quiet spell: sweeps every ``--interval`` seconds for 1.5 times
    ``TOOLSAFE_REPUBLISH_AFTER`` (``--republish-after``), no fault: hints re-sent = what
    the broker holds beyond the submits;
 3. ``kill -9`` of the server and a start on the same port (every hint lost);
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--republish-after",
         type=float,
         default=2.0,
-        help="the time rule's TOOLSAFE_REPUBLISH_AFTER, seconds; the quiet spell is 1 s longer",
+        help="the time rule's TOOLSAFE_REPUBLISH_AFTER, seconds; the quiet spell is 1.5 times it",
     )
     add_service_options(parser)
     args = parser.parse_args(argv)
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 refs = [f"{prefix}{i}" for i in range(args.steps)]
                 for i, ref in enumerate(refs):
                     client.submit(TOOL, {"n": i, "call_ms": 0}, operation_ref=ref)
-                sweeps(args.republish_after + 1.0)
+                sweeps(1.5 * args.republish_after)
                 quiet = (publisher.backlog() or 0) - args.steps
                 server.restart()
                 lost = args.steps  # every hint the broker held

@@ -86,8 +86,8 @@ def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
 
 def test_lost_hints_counts_resent_against_lost_for_both_rules(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
-        "lost_hints", pg_url, redis_url, "--steps", "10", "--rounds", "1", "--recover", "1",
-        "--interval", "0.2", "--republish-after", "0.5",
+        "lost_hints", pg_url, redis_url, "--steps", "10", "--rounds", "1", "--recover", "0.6",
+        "--interval", "0.2", "--republish-after", "0.4",
     )  # fmt: skip
     assert "round 1 (marker   )" in out and "round 2 (time rule)" in out
     assert "hints re-sent in a run without faults" in out
