@@ -3,7 +3,8 @@
 These are not timed tests: they prove the documented commands work against the real
 Redis and PostgreSQL, print their baseline ratios, and drop the database they created.
 Each program runs as ``python -m benchmarks.<name>`` from the suite's preloaded
-interpreter (toolsafe/harness/preload.py): the same command, without a second of imports.
+interpreter (toolsafe/harness/preload.py), and so do the workers, beat and gateways it
+starts: the same commands, without a second of imports each.
 """
 
 from __future__ import annotations
