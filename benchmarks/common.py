@@ -164,12 +164,15 @@ class BenchDatabase:
 def worker_env(
     broker: str, database: str, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment of a toolsafe or baseline worker (both read ``TOOLSAFE_*``)."""
+    """The environment of a toolsafe or baseline worker (both read ``TOOLSAFE_*``).
+
+    No ``PYTHONPATH``: every child runs ``python -m`` in ``ROOT``, which puts ``ROOT``
+    (and so ``benchmarks``) first on its path; an interpreter-level setting of its own
+    would also keep it from a preloaded interpreter (``toolsafe.harness.preload``)."""
     settings = {
         "TOOLSAFE_BROKER_URL": broker,
         "TOOLSAFE_DATABASE_URL": database,
         "TOOLSAFE_ADAPTERS": "benchmarks.noop_adapter",
-        "PYTHONPATH": str(ROOT),
     }
     return harness.child_env({**settings, **(extra or {})})
 

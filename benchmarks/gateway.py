@@ -19,9 +19,7 @@ import argparse
 import contextlib
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +46,7 @@ from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import QUEUES
 from toolsafe.gateway.cli import free_port
 from toolsafe.gateway.client import GatewayClient
-from toolsafe.harness import Process
+from toolsafe.harness import Process, spawn
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store.sql import StepStore
 from toolsafe.recovery.store.sql.feed import ChangeFeed
@@ -97,32 +95,21 @@ def cpu_seconds(pid: int) -> float:
 
 @contextlib.contextmanager
 def gateway(env: Mapping[str, str], directory: Path) -> Iterator[Served]:
+    """``toolsafe serve`` in a process group of its own (``harness.spawn``), SIGKILLed at
+    the end."""
     port = free_port()
-    log = directory / "gateway.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "toolsafe", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=dict(env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    argv = [sys.executable, "-m", "toolsafe", "serve", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
-    try:
+    with spawn("gateway", argv, env=env, directory=directory, cwd=ROOT) as process:
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                     break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"the gateway did not start:\n{log.read_text()[-2000:]}")
+            if not process.alive() or time.monotonic() > deadline:
+                raise BenchError(f"the gateway did not start:\n{process.tail()}")
             time.sleep(0.05)
         yield Served(url, process.pid)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
 
 
 def stuck(client: Client, ref: str, broker_url: str, worker: Process) -> str:

@@ -6,9 +6,9 @@ and commits to a PostgreSQL database of its own; no worker runs, so the hints th
 holds when it is killed are exactly the ones it loses. Each round:
 
 1. submit ``--steps`` steps (their hints wait in the broker);
-2. a quiet spell: sweeps every ``--interval`` seconds for longer than
-   ``TOOLSAFE_REPUBLISH_AFTER``, no fault: hints re-sent = what the broker holds beyond
-   the submits;
+2. a quiet spell: sweeps every ``--interval`` seconds for 1.5 times
+   ``TOOLSAFE_REPUBLISH_AFTER`` (``--republish-after``), no fault: hints re-sent = what
+   the broker holds beyond the submits;
 3. ``kill -9`` of the server and a start on the same port (every hint lost);
 4. sweeps every ``--interval`` seconds until ``--recover`` seconds have passed: hints
    re-sent = what the broker holds then;
@@ -52,7 +52,6 @@ from toolsafe.tasks.client import Client
 
 RESENT_TARGET: Final = 1.1
 BATCH: Final = 100
-REPUBLISH_AFTER: Final = 2.0
 
 
 def verdict(met: bool) -> str:
@@ -68,13 +67,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per rule")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between sweeps")
     parser.add_argument("--recover", type=float, default=6.0, help="seconds of sweeps after")
+    parser.add_argument(
+        "--republish-after",
+        type=float,
+        default=2.0,
+        help="the time rule's TOOLSAFE_REPUBLISH_AFTER, seconds; the quiet spell is 1.5 times it",
+    )
     add_service_options(parser)
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.rounds < 1 or args.interval <= 0:
-        raise BenchError("--steps and --rounds must be at least 1, --interval positive")
+    if args.steps < 1 or args.rounds < 1 or args.interval <= 0 or args.republish_after <= 0:
+        raise BenchError(
+            "--steps and --rounds must be at least 1, --interval and --republish-after positive"
+        )
     header(
         f"lost hints: {args.steps} steps waiting, {args.rounds} hard restarts per rule, "
-        f"sweep batch {BATCH}, republish_after {REPUBLISH_AFTER:g} s"
+        f"sweep batch {BATCH}, republish_after {args.republish_after:g} s"
     )
     results: dict[str, list[tuple[int, int, int]]] = {"marker": [], "time rule": []}
     with (
@@ -85,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.start()
         extra = {
             "TOOLSAFE_SWEEP_BATCH": str(BATCH),
-            "TOOLSAFE_REPUBLISH_AFTER": str(REPUBLISH_AFTER),
+            "TOOLSAFE_REPUBLISH_AFTER": str(args.republish_after),
         }
         settings = Settings.from_env(worker_env(server.url(1), database.url, extra))
         client = Client(create_app(settings))
@@ -105,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 refs = [f"{prefix}{i}" for i in range(args.steps)]
                 for i, ref in enumerate(refs):
                     client.submit(TOOL, {"n": i, "call_ms": 0}, operation_ref=ref)
-                sweeps(REPUBLISH_AFTER + 1.0)
+                sweeps(1.5 * args.republish_after)
                 quiet = (publisher.backlog() or 0) - args.steps
                 server.restart()
                 lost = args.steps  # every hint the broker held

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from multiprocessing import connection
+from multiprocessing import connection, forkserver
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Final
@@ -93,11 +93,12 @@ def enabled() -> bool:
     return _context is not None
 
 
-def eligible(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter."""
+def eligible(argv: Sequence[str], env: Mapping[str, str], modules: Sequence[str] = MODULES) -> bool:
+    """Whether ``argv`` (with ``env``) can run in a child of the preloaded interpreter:
+    ``python -m`` of one of ``modules`` (or a submodule)."""
     if _context is None or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
         return False
-    if not any(argv[2] == name or argv[2].startswith(f"{name}.") for name in MODULES):
+    if not any(argv[2] == name or argv[2].startswith(f"{name}.") for name in modules):
         return False
     names = {*env, *_base_env}
     return all(
@@ -118,17 +119,23 @@ class Preloaded:
         cwd: Path | None,
         log_path: Path,
         err_path: Path | None = None,
+        preload_children: bool = False,
     ) -> None:
         """Start ``argv``, its stdout appended to ``log_path``, its stderr too or to
-        ``err_path`` when given."""
+        ``err_path`` when given; with ``preload_children``, the child serves its own
+        eligible harness children from the same preloaded interpreter (its siblings, then,
+        judged eligible against this process's environment). Those import the child's
+        module as ``__mp_main__``, as multiprocessing's children do: its work must sit
+        under ``if __name__ == "__main__"``."""
         if _context is None:
             raise RuntimeError("toolsafe.harness.preload.enable() was not called")
         self.args = list(argv)
         where = str(cwd) if cwd is not None else None
+        children_env = dict(_base_env) if preload_children else None
         errors = str(err_path if err_path is not None else log_path)
         self._process = _context.Process(
             target=_run,
-            args=(list(argv[2:]), dict(env), where, str(log_path), errors),
+            args=(list(argv[2:]), dict(env), where, str(log_path), errors, children_env),
             daemon=True,
         )
         with _polling:  # start() polls the other children (multiprocessing's cleanup)
@@ -186,17 +193,24 @@ def run(
     env: Mapping[str, str],
     cwd: Path | None = None,
     timeout: float | None = None,
+    modules: Sequence[str] = MODULES,
+    preload_children: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True)``: from the preloaded
-    interpreter when ``argv`` is eligible, else as a new interpreter."""
-    if not eligible(argv, env):
+    interpreter when ``argv`` is eligible (``modules``: the ``-m`` targets allowed, for
+    a caller that runs a program of its own, such as a benchmark), else as a new
+    interpreter. ``preload_children``: as for :class:`Preloaded`."""
+    if not eligible(argv, env, modules):
         return subprocess.run(
             list(argv), env=dict(env), cwd=cwd, capture_output=True, text=True,
             timeout=timeout, check=False,
         )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="toolsafe-run-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        child = Preloaded(argv, env=env, cwd=cwd, log_path=out, err_path=err)
+        child = Preloaded(
+            argv, env=env, cwd=cwd, log_path=out, err_path=err,
+            preload_children=preload_children,
+        )  # fmt: skip
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -209,11 +223,45 @@ def run(
         )
 
 
-def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+def _serve_children(base_env: Mapping[str, str]) -> None:
+    """In a child of the server: serve this process's eligible children from that server
+    too, eligibility judged against the environment it was started with (``base_env``).
+
+    A child inherits the server's address and the write end of its "alive" pipe (the
+    server runs while a holder lives: this process, then), all multiprocessing needs to
+    ask for a fork; only ``ensure_running`` would start a second server, a new
+    interpreter importing everything again, as it knows no server pid here. Where that
+    inheritance is missing (another Python), a server of its own is started instead."""
+    global _context
+    server = forkserver._forkserver  # the module's own instance, as its children use it
+    inherited = ("_forkserver_address", "_forkserver_alive_fd")
+    if any(getattr(server, name, None) is None for name in inherited):
+        enable()
+        return
+    setattr(server, "ensure_running", lambda: None)  # noqa: B010 - a method to mypy
+    with _lock:
+        _base_env.clear()
+        _base_env.update(base_env)
+        _context = multiprocessing.get_context("forkserver")
+
+
+def _run(
+    tail: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    out: str,
+    err: str,
+    children_env: dict[str, str] | None,
+) -> None:
     """In the child: become a process group's leader, write to the log(s), take the
-    child's environment and folder, then run ``python -m <tail>``."""
+    child's environment and folder (and, given the server's ``children_env``, serve its
+    own children from the server too), then run ``python -m <tail>``."""
     os.setsid()
-    multiprocessing.current_process().name = "MainProcess"  # as logs name a main process
+    current = multiprocessing.current_process()
+    current.name = "MainProcess"  # as logs name a main process
+    # A program of its own, as ``python -m`` would start it: it may start children
+    # (multiprocessing refuses a daemon's), which it joins or stops itself.
+    current.daemon = False
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -225,6 +273,8 @@ def _run(tail: list[str], env: dict[str, str], cwd: str | None, out: str, err: s
     adopt_environ(env)
     if cwd is not None:
         os.chdir(cwd)
+    if children_env is not None:
+        _serve_children(children_env)
     _streams(bool(env.get("PYTHONUNBUFFERED")))
     sys.path.insert(0, os.getcwd())  # what ``python -m`` puts first
     module, *args = tail

@@ -2,7 +2,8 @@
 suite) behave as the new interpreters they stand in for: the command's exit code and
 output, the child's own environment and folder, a process group of its own that a
 SIGKILL ends with -9, one exit status however many threads ask for it; and a child whose
-interpreter-level environment differs is started as a new interpreter."""
+interpreter-level environment differs is started as a new interpreter. A program run
+this way may serve its own children from the same preloaded interpreter."""
 
 from __future__ import annotations
 
@@ -89,3 +90,43 @@ def test_interpreter_level_environment_starts_a_new_interpreter() -> None:
     assert not preload.eligible([sys.executable, "-c", "pass"], env)
     assert not preload.eligible(["python3", "-m", "toolsafe"], env)
     assert not preload.eligible([sys.executable, "-m", "toolsafely"], env)
+
+
+# A program that starts one harness child and says how it was started, and by whom.
+# Guarded as any program whose children come from multiprocessing: they import it.
+PROGRAM = """
+import multiprocessing.forkserver
+import os
+import sys
+from pathlib import Path
+
+from toolsafe.harness import preload, spawn
+
+if __name__ == "__main__":
+    child = spawn(
+        "version", [sys.executable, "-m", "toolsafe", "--version"], env=dict(os.environ),
+        directory=Path.cwd(),
+    )
+    print("code", child.popen.wait(60), "preloaded", isinstance(child.popen, preload.Preloaded))
+    print("server", multiprocessing.forkserver._forkserver._forkserver_pid)
+    print(child.text().strip())
+"""
+
+
+def test_a_preloaded_program_serves_its_children_from_the_same_interpreter(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "starts_one.py").write_text(PROGRAM)
+    argv = [sys.executable, "-m", "starts_one"]
+    env = dict(os.environ)
+    assert not preload.eligible(argv, env) and preload.eligible(argv, env, ("starts_one",))
+    plain = preload.run(argv, env=env, cwd=tmp_path, timeout=60, modules=("starts_one",))
+    assert plain.returncode == 0, plain.stderr
+    assert "code 0 preloaded False" in plain.stdout and "toolsafe " in plain.stdout
+    served = preload.run(
+        argv, env=env, cwd=tmp_path, timeout=60, modules=("starts_one",), preload_children=True
+    )
+    assert served.returncode == 0, served.stderr
+    assert "code 0 preloaded True" in served.stdout and "toolsafe " in served.stdout
+    # Forked by the suite's server: the program started no server of its own.
+    assert "server None" in served.stdout
