@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Playwright (the browser tests) uses the system's Chromium: never download a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: test-durations up demo test lint typecheck pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
+.PHONY: test-durations up demo test lint typecheck bytecode pytest prerequisites venv venv-dev clean schema coverage bench-hotpath
 
 # `make demo` installs only what the main job needs (the package and its runtime
 # dependencies), and shows pip's progress so the install is never silent.
@@ -57,7 +57,16 @@ demo: venv
 prerequisites: venv-dev
 	@PYTHON=$(BIN)/python sh .ci/prerequisites
 
-test: venv-dev prerequisites lint typecheck pytest
+# mypy keeps one core busy; the other meanwhile writes the bytecode caches every pytest
+# worker reads (the test modules, assertion-rewritten, and toolsafe's), so that each
+# worker's collection then costs half the CPU.
+test: venv-dev prerequisites lint
+	@$(MAKE) --no-print-directory -j2 typecheck bytecode
+	@$(MAKE) --no-print-directory pytest
+
+bytecode: venv-dev
+	@$(PYTEST_ENV) $(BIN)/pytest --collect-only -q -p no:cacheprovider > /dev/null \
+		&& echo "bytecode caches written (pytest --collect-only)"
 
 lint: venv-dev
 	$(BIN)/ruff check .
