@@ -177,8 +177,9 @@ class Publisher:
         """Hints waiting in the execute and verify queues; None when the broker can't say."""
         try:
             # A pooled connection, as a publish takes: a sweep asks every few seconds,
-            # and a new connection each time cost as much as the sweep's queries.
-            with self.app.pool.acquire(block=True) as connection:
+            # and a new connection each time cost as much as the sweep's queries. A pool
+            # still exhausted after 5 s leaves the count unknown, as a broker down does.
+            with self.app.pool.acquire(block=True, timeout=5) as connection:
                 channel = connection.default_channel
                 total = 0
                 for queue in (EXECUTE_QUEUE, VERIFY_QUEUE):

@@ -142,7 +142,7 @@ class RedisBrokerWatch:
         self._seen: str | None = None  # the run_id this process last saw the marker on
 
     def _call(self, work: Any) -> Any:
-        with self.app.pool.acquire(block=True) as connection:  # pooled: read every sweep
+        with self.app.pool.acquire(block=True, timeout=5) as connection:  # pooled, as a publish
             if connection.transport.driver_type != "redis":
                 return None
             return work(connection.default_channel.client)
