@@ -34,6 +34,9 @@ from toolsafe.conformance.targets import (
 
 Rebuild = Callable[[str], FunctionAdapter]
 _QUEUED = 'the call returns {"status": "queued", "id": "job_1"} (nothing stored)'
+# The scenarios in which the kit holds the real call past the adapter's (short) timeout.
+_CALL_RUNS_PAST = "the call runs past the adapter's timeout"
+_LOOKUP_RUNS_PAST = "lookup runs past the adapter's timeout"
 _WIRE_LOOKUPS: tuple[tuple[str, Action], ...] = (
     ("lookup: 503 from the service (an HTML page)",
      Action("answer", status=503, body=b"<html>down</html>", content_type="text/html")),
@@ -154,7 +157,7 @@ class CallTarget(Target):
             *self._declared(),
         ]
         if self.timeout is not None:
-            faults.append(WriteFault("the call runs past the adapter's timeout", "delivered"))
+            faults.append(WriteFault(_CALL_RUNS_PAST, "delivered"))
         for klass in self._declared_waits():
             faults.append(
                 WriteFault(
@@ -213,7 +216,7 @@ class CallTarget(Target):
             }
         elif fault.kind == "no_evidence":
             returned = {"status": "queued", "id": "job_1"}
-        slow = fault.name.startswith("the call runs past")
+        slow = fault.name == _CALL_RUNS_PAST
         raised = None if returned is not None or slow else self._raised(fault)
 
         def around(run: Run) -> object:
@@ -251,7 +254,7 @@ class CallTarget(Target):
             return self._wire(data, ref, fault, started)
         probe = _Probe()
         around = self._around(fault, probe)
-        slow = fault.name.startswith("the call runs past")
+        slow = fault.name == _CALL_RUNS_PAST
         timeout = self.slow_timeout if slow else self.timeout
         adapter = self.function_adapter.wrapped(around, timeout=timeout)
         envelope, seen = self._call(adapter, data, ref, PASS)
@@ -280,7 +283,7 @@ class CallTarget(Target):
             LookupFault("lookup returns something unreadable"),
         ]
         if self.timeout is not None:
-            faults.append(LookupFault("lookup runs past the adapter's timeout"))
+            faults.append(LookupFault(_LOOKUP_RUNS_PAST))
         if self.proxy is not None:
             faults += [LookupFault(name, "404" in name) for name, _ in _WIRE_LOOKUPS]
         return faults
@@ -308,7 +311,7 @@ class CallTarget(Target):
             return value
 
         released = threading.Event()
-        timeout = self.slow_timeout if "runs past" in name else self.timeout
+        timeout = self.slow_timeout if name == _LOOKUP_RUNS_PAST else self.timeout
         try:
             return call_lookup(
                 self.function_adapter.wrapped(around_lookup=around, timeout=timeout), ref
