@@ -1,11 +1,15 @@
 """``toolsafe demo`` end to end — the README's first command — on the embedded default
-(SQLite, file-system broker) and on Redis + PostgreSQL, through the installed script."""
+(SQLite, file-system broker) through the installed script, and on Redis + PostgreSQL
+as ``python -m toolsafe demo`` from the suite's preloaded interpreter
+(toolsafe/harness/preload.py), with its workers and beat forked from it too: the same
+command and the same processes, without a second of imports each."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -15,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from toolsafe.demo.scenarios import ARTICLE, CRASH
-from toolsafe.harness import flush_broker
+from toolsafe.harness import flush_broker, preload
 
 ROOT = Path(__file__).resolve().parents[2]
 TITLES = [title for _, title, _ in (*ARTICLE, CRASH)]
@@ -50,25 +54,37 @@ class Demo:
     two demos of this module run at the same time (each takes half a minute, most of it
     waiting on its workers)."""
 
-    def __init__(self, directory: Path, *options: str) -> None:
+    def __init__(self, directory: Path, *options: str, preloaded: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSAFE_")}
         self.report = directory / "report.json"
         self._out = (directory / "stdout.txt").open("w+", encoding="utf-8")
         self._err = (directory / "stderr.txt").open("w+", encoding="utf-8")
-        self.process = subprocess.Popen(
-            [*_toolsafe(), "demo", "--report", str(self.report), *options],
-            cwd=ROOT,
-            env=env,
-            stdout=self._out,
-            stderr=self._err,
-            text=True,
-        )
+        args = ["demo", "--report", str(self.report), *options]
+        self.process: subprocess.Popen[str] | preload.Preloaded
+        if preloaded:
+            self.process = preload.Preloaded(
+                [sys.executable, "-m", "toolsafe", *args],
+                env=env,
+                cwd=ROOT,
+                log_path=directory / "stdout.txt",
+                err_path=directory / "stderr.txt",
+                preload_children=True,
+            )
+        else:
+            self.process = subprocess.Popen(
+                [*_toolsafe(), *args],
+                cwd=ROOT,
+                env=env,
+                stdout=self._out,
+                stderr=self._err,
+                text=True,
+            )
 
     def result(self, timeout: float = 150) -> subprocess.CompletedProcess[str]:
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.process.send_signal(signal.SIGKILL)
             self.process.wait()
             raise
         finally:
@@ -81,7 +97,7 @@ class Demo:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.kill()
+            self.process.send_signal(signal.SIGKILL)
             self.process.wait()
         self._out.close()
         self._err.close()
@@ -171,7 +187,7 @@ def demo_database(pg_url: str) -> Iterator[str]:
 def test_demo_runs_on_redis_and_postgres(
     redis_url: str, demo_database: str, tmp_path: Path
 ) -> None:
-    demo = Demo(tmp_path, "--broker", redis_url, "--database", demo_database)
+    demo = Demo(tmp_path, "--broker", redis_url, "--database", demo_database, preloaded=True)
     try:
         done = demo.result()
     finally:
