@@ -82,7 +82,7 @@ class Demo:
 
     def result(self, timeout: float = 150) -> subprocess.CompletedProcess[str]:
         try:
-            self.process.wait(timeout)
+            code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
@@ -93,7 +93,7 @@ class Demo:
             out, err = self._out.read(), self._err.read()
             self._out.close()
             self._err.close()
-        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
+        return subprocess.CompletedProcess(self.process.args, code, out, err)
 
     def stop(self) -> None:
         if self.process.poll() is None:
