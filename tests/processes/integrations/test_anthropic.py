@@ -10,16 +10,19 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pytest
 
 from tests.processes.integrations.conftest import Processes
+from tests.support.lazy import lazy_module
 from tests.support.pipeline.harness import Cluster
 from toolsafe.agents.anthropic import anthropic_ref
-from toolsafe.integrations.anthropic import tool_results, tools
-from toolsafe.tasks.calls import AsyncCalls
+
+if TYPE_CHECKING:
+    from tests.support.integrations import anthropic as kit
+else:  # the SDK is imported by the worker that runs these tests, not by every collector
+    kit = lazy_module("tests.support.integrations.anthropic")
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -85,28 +88,6 @@ def text(words: str) -> Reply:
     return lambda body: [{"type": "text", "text": words}]
 
 
-async def conversation(
-    endpoint: ScriptedMessages, client: AsyncCalls, conversation_id: str, prompt: str
-) -> None:
-    """The usual Messages loop, with toolsafe's helpers between the turns."""
-    model = anthropic.AsyncAnthropic(base_url=endpoint.url, api_key="unused", max_retries=0)
-    history: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    offered = tools(client.catalogue())
-    try:
-        while True:
-            message = await model.messages.create(
-                model="scripted", max_tokens=256, messages=history,  # type: ignore[arg-type]
-                tools=offered,  # type: ignore[arg-type]
-            )  # fmt: skip
-            history.append({"role": "assistant", "content": message.content})
-            if message.stop_reason != "tool_use":
-                return
-            results = await tool_results(client, message, conversation_id=conversation_id)
-            history.append({"role": "user", "content": results})
-    finally:
-        await model.close()
-
-
 def received_result(body: dict[str, Any], call_id: str) -> tuple[dict[str, Any], bool]:
     """The tool_result the model received for ``call_id``: its JSON text, is_error."""
     for block in body["messages"][-1]["content"]:
@@ -121,14 +102,14 @@ def test_tool_use_to_tool_result_and_a_replayed_tool_use_writes_nothing_again(
     ref = processes.scoped(anthropic_ref("toolu_inv1", "an_conv1"))
     for _ in range(2):
         endpoint.replies += [tool_use("create_invoice", INVOICE, "toolu_inv1"), text("Done.")]
-    asyncio.run(conversation(endpoint, processes.aio("first"), "an_conv1", "Bill cus_an"))
+    asyncio.run(kit.conversation(endpoint.url, processes.aio("first"), "an_conv1", "Bill cus_an"))
     first, is_error = received_result(endpoint.requests[-1], "toolu_inv1")
     assert first["ok"] is True and first["operation_ref"] == ref and is_error is False
     assert "operation_ref" in endpoint.requests[0]["tools"][0]["input_schema"]["properties"]
     assert cluster.effects(ref) == 1
 
     # The agent crashed before it kept the answer; a fresh process replays the turn.
-    asyncio.run(conversation(endpoint, processes.aio("second"), "an_conv1", "Bill cus_an"))
+    asyncio.run(kit.conversation(endpoint.url, processes.aio("second"), "an_conv1", "Bill cus_an"))
     assert received_result(endpoint.requests[-1], "toolu_inv1") == (first, False)
     assert cluster.effects(ref) == 1
 
@@ -146,7 +127,7 @@ def test_a_correction_names_the_ref_and_keeps_it(
                         "toolu_em2")(body)  # fmt: skip
 
     endpoint.replies += [tool_use("send_email", email, "toolu_em1"), corrected, text("Sent.")]
-    asyncio.run(conversation(endpoint, processes.aio("first"), "an_conv2", "Mail di"))
+    asyncio.run(kit.conversation(endpoint.url, processes.aio("first"), "an_conv2", "Mail di"))
     flagged, is_error = received_result(endpoint.requests[-2], "toolu_em1")
     assert flagged["next_action"] == "correct_input" and is_error is True
     answer, is_error = received_result(endpoint.requests[-1], "toolu_em2")
