@@ -48,7 +48,10 @@ class Process:
         log_path: Path,
         cwd: Path | None = None,
         ready_marker: str | None = None,
+        preload_children: bool = False,
     ) -> None:
+        """``preload_children``: a preloaded child serves its own harness children from
+        the same preloaded interpreter (``preload.Preloaded``)."""
         self.name = name
         self.argv = list(argv)
         self.env = dict(env)
@@ -58,7 +61,10 @@ class Process:
         self._offset = log_path.stat().st_size if log_path.exists() else 0
         self.popen: subprocess.Popen[bytes] | preload.Preloaded
         if preload.eligible(self.argv, self.env):
-            self.popen = preload.Preloaded(self.argv, env=self.env, cwd=cwd, log_path=log_path)
+            self.popen = preload.Preloaded(
+                self.argv, env=self.env, cwd=cwd, log_path=log_path,
+                preload_children=preload_children,
+            )  # fmt: skip
         else:
             with log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
                 self.popen = subprocess.Popen(
@@ -195,6 +201,7 @@ def spawn(
     directory: Path,
     cwd: Path | None = None,
     ready_marker: str | None = None,
+    preload_children: bool = False,
 ) -> Process:
     """Start ``argv`` as ``name``, its output in ``directory/<name>.log``."""
     return Process(
@@ -204,6 +211,7 @@ def spawn(
         log_path=directory / f"{name}.log",
         cwd=cwd,
         ready_marker=ready_marker,
+        preload_children=preload_children,
     )
 
 

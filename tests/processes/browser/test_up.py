@@ -2,7 +2,10 @@
 worker, beat, example downstream) on the embedded default; the printed curl line, run
 as printed, returns ``succeeded`` with evidence and one effect at the downstream; the
 status page, signed in with the printed operator key, shows the call; Ctrl-C stops
-everything with exit 0, a dead child makes ``up`` exit non-zero naming it."""
+everything with exit 0, a dead child makes ``up`` exit non-zero naming it. ``up`` itself
+is forked from the suite's preloaded interpreter; its children are too, but for the
+second start of the Ctrl-C test, which starts them as new interpreters, as a user's
+``up`` does, and finds its worker by its command line."""
 
 from __future__ import annotations
 
@@ -45,19 +48,25 @@ class Up:
         return lines[0]
 
 
-def start_up(folder: Path, *extra: str) -> Up:
+def start_up(folder: Path, *, preload_children: bool = False) -> Up:
+    """``toolsafe up --example``, forked from the suite's preloaded interpreter; with
+    ``preload_children``, its gateway, worker, beat and downstream are too (the same
+    commands, without a second of imports each; toolsafe/harness/preload.py)."""
     argv = [sys.executable, "-m", "toolsafe", "up", "--example", "--folder", str(folder)]
-    argv += ["--port", str(free_port()), *extra]
+    argv += ["--port", str(free_port())]
     env = {**child_env({}), "PYTHONUNBUFFERED": "1"}
     folder.mkdir(parents=True, exist_ok=True)
-    process = spawn("up", argv, env=env, directory=folder.parent, cwd=folder.parent)
+    process = spawn(
+        "up", argv, env=env, directory=folder.parent, cwd=folder.parent,
+        preload_children=preload_children,
+    )  # fmt: skip
     process.wait_for_output(READY, 180)
     return Up(process, folder)
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    running = start_up(tmp_path_factory.mktemp("up") / "toolsafe-up")
+    running = start_up(tmp_path_factory.mktemp("up") / "toolsafe-up", preload_children=True)
     try:
         yield running
     finally:
@@ -106,7 +115,7 @@ def test_the_printed_curl_returns_succeeded_with_one_effect(up: Up, browser: Bro
 
 
 def test_ctrl_c_stops_everything_and_the_keys_are_reused(tmp_path: Path) -> None:
-    first = start_up(tmp_path / "toolsafe-up")
+    first = start_up(tmp_path / "toolsafe-up", preload_children=True)
     operator = first.line("operator key")
     first.process.popen.send_signal(signal.SIGINT)
     assert first.process.popen.wait(60) == 0, first.process.tail()
