@@ -33,37 +33,49 @@ LISTED = "state <> 'in_flight'"
 IN_FLIGHT = "state = 'in_flight'"
 
 
+_STATUS_PAGE = ("ix_steps_state_id", "ix_steps_tool_state_id", "ix_steps_state_operation_ref")
+_NEW = "_0008"  # the replacements' names while they are built
+
+
 def _status_page_indexes(where: str | None) -> None:
+    """The status page's three indexes (``where``: their predicate), built under
+    temporary names beside the old ones, then put in their place.
+
+    Building first holds only a SHARE lock on ``steps`` (reads go on, writes wait, as
+    for any CREATE INDEX); the ACCESS EXCLUSIVE lock of the drops and renames, which
+    stops reads too, is taken at the end and held only until the commit.
+    """
     predicate = None if where is None else sa.text(where)
-    op.create_index("ix_steps_state_id", "steps", ["state", "id"], postgresql_where=predicate)
     op.create_index(
-        "ix_steps_tool_state_id", "steps", ["tool", "state", "id"], postgresql_where=predicate
+        "ix_steps_state_id" + _NEW, "steps", ["state", "id"], postgresql_where=predicate
     )
     op.create_index(
-        "ix_steps_state_operation_ref",
+        "ix_steps_tool_state_id" + _NEW,
+        "steps",
+        ["tool", "state", "id"],
+        postgresql_where=predicate,
+    )
+    op.create_index(
+        "ix_steps_state_operation_ref" + _NEW,
         "steps",
         ["state", "operation_ref"],
         postgresql_ops={"operation_ref": "varchar_pattern_ops"},
         postgresql_where=predicate,
     )
-
-
-def _drop_status_page_indexes() -> None:
-    for name in ("ix_steps_state_operation_ref", "ix_steps_tool_state_id", "ix_steps_state_id"):
+    for name in _STATUS_PAGE:
         op.drop_index(name, table_name="steps")
+        op.execute(f"ALTER INDEX {name}{_NEW} RENAME TO {name}")
 
 
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.create_index("ix_steps_in_flight", "steps", ["id"], postgresql_where=sa.text(IN_FLIGHT))
-    _drop_status_page_indexes()
     _status_page_indexes(LISTED)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    _drop_status_page_indexes()
     _status_page_indexes(None)
     op.drop_index("ix_steps_in_flight", table_name="steps")
