@@ -84,6 +84,8 @@ def _plans(database: BenchDatabase, cursor: int) -> list[str]:
         "state = 'awaiting_approval' LIMIT 10001) AS c",
         "group page (approval)": "SELECT * FROM steps WHERE state = 'awaiting_approval' "
         "ORDER BY id DESC LIMIT 51",
+        "running page (in_flight)": "SELECT * FROM steps WHERE state = 'in_flight' "
+        "ORDER BY id DESC LIMIT 51",
         "deep page (succeeded)": deep + " ORDER BY id DESC LIMIT 51",
         "rare tool, escalated": "SELECT * FROM steps WHERE tool = 'rare_tool' AND "
         "state = 'escalated' ORDER BY id DESC LIMIT 51",

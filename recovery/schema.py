@@ -84,6 +84,10 @@ LEASED_STATE_PREDICATE: Final = _in_list("state", LEASED_STATE_VALUES)
 # Steps whose due_at is a not_before (DUE_LATER): where a delay is parked until released.
 PARKED_STATE_VALUES: Final = tuple(state.value for state in StepState if state in DUE_LATER)
 PARKED_STATE_PREDICATE: Final = _in_list("state", PARKED_STATE_VALUES)
+# The status page's indexes on PostgreSQL hold every state but in_flight, which has a
+# small index of its own (a claim then adds one entry, not three).
+LISTED_PREDICATE: Final = f"state <> '{StepState.IN_FLIGHT.value}'"
+IN_FLIGHT_PREDICATE: Final = f"state = '{StepState.IN_FLIGHT.value}'"
 COMMIT_STATE_CHECK: Final = f"commit_state IS NULL OR {_in_list('commit_state', COMMIT_STATES)}"
 
 NAMING: Final = {
@@ -154,14 +158,29 @@ class Step(Base):
             postgresql_where=text(LEASED_STATE_PREDICATE),
         ).ddl_if(dialect="postgresql"),
         # The status page (toolsafe.recovery.store.sql.overview): a state's newest steps and
-        # its capped count, overall and for one tool, read from an index range.
-        Index("ix_steps_state_id", "state", "id"),
-        Index("ix_steps_tool_state_id", "tool", "state", "id"),
+        # its capped count, overall and for one tool, read from an index range. On
+        # PostgreSQL they leave in_flight out, so a claim adds no entry to them (a state
+        # change is never a HOT update: every index gets an entry for the new version);
+        # the steps in flight, as many as run at once, are read from ix_steps_in_flight.
+        Index("ix_steps_state_id", "state", "id", postgresql_where=text(LISTED_PREDICATE)),
+        Index(
+            "ix_steps_tool_state_id",
+            "tool",
+            "state",
+            "id",
+            postgresql_where=text(LISTED_PREDICATE),
+        ),
         Index(
             "ix_steps_state_operation_ref",
             "state",
             "operation_ref",
             postgresql_ops={"operation_ref": "varchar_pattern_ops"},
+            postgresql_where=text(LISTED_PREDICATE),
+        ).ddl_if(dialect="postgresql"),
+        Index(
+            "ix_steps_in_flight",
+            "id",
+            postgresql_where=text(IN_FLIGHT_PREDICATE),
         ).ddl_if(dialect="postgresql"),
         Index("ix_steps_state_due_at", "state", "due_at").ddl_if(dialect="sqlite"),
         Index("ix_steps_state_lease_expires_at", "state", "lease_expires_at").ddl_if(

@@ -170,6 +170,7 @@ def test_status_page_prints_each_page_with_and_without_its_indexes(
     assert "    3,000     yes " in out and "    3,000      no " in out
     assert "rare ref prefix (failed): Index Scan using ix_steps_state_operation_ref" in out
     assert "rare tool, escalated: Index Scan Backward using ix_steps_tool_state_id" in out
+    assert "running page (in_flight): Index Scan Backward using ix_steps_in_flight" in out
 
 
 def test_metrics_scrape_prints_scrape_times_and_the_old_computation(

@@ -4,7 +4,9 @@ at a cost that does not grow with the table (``docs/status-page.md``).
 Counts stop at :data:`COUNT_CAP` per state (an index range of at most that many
 entries), so the overview of 10^6 steps costs what one of 10^4 does; a page is the next
 ``limit`` ids below a cursor, read from the ``(state, id)`` or ``(tool, state, id)``
-index (migration ``0004_status_page``).
+index (migration ``0004_status_page``). On PostgreSQL those indexes leave ``in_flight``
+out (migration ``0008_fewer_index_entries``): its steps, as many as run at once, are
+read from ``ix_steps_in_flight``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     func,
     literal,
+    or_,
     select,
     union_all,
 )
@@ -32,7 +35,7 @@ from toolsafe.recovery.schema import steps
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.overview import COUNT_CAP, MAX_PAGE, SPARSE, Count, StepFilter
 
-__all__ = ["Overview", "conditions", "prefix_condition"]
+__all__ = ["Overview", "conditions", "prefix_condition", "state_condition"]
 
 
 def conditions(where: StepFilter, dialect: str) -> list[ColumnElement[bool]]:
@@ -50,7 +53,7 @@ def prefix_condition(prefix: str, dialect: str) -> ColumnElement[bool]:
     """``operation_ref`` starts with ``prefix``, in a form an index serves.
 
     PostgreSQL: ``LIKE 'prefix%'`` with the pattern inlined (a bound parameter would let
-    a cached generic plan ignore the index), read from ``ix_steps_operation_ref_prefix``
+    a cached generic plan ignore the index), read from ``ix_steps_state_operation_ref``
     (``varchar_pattern_ops``, right under any collation). SQLite: the byte range
     ``[prefix, prefix+1)``, which its BINARY-collated unique index serves.
     """
@@ -65,6 +68,32 @@ def prefix_condition(prefix: str, dialect: str) -> ColumnElement[bool]:
     if last >= 0x10FFFF:
         return column.startswith(prefix, autoescape=True)
     return and_(column >= prefix, column < prefix[:-1] + chr(last + 1))
+
+
+def _apart(states: Iterable[StepState]) -> list[list[StepState]]:
+    """``states`` in the groups one index range each serves: ``in_flight`` (its own
+    small partial index on PostgreSQL) apart from the rest."""
+    chosen = sorted(StepState(state) for state in states)
+    rest: list[StepState] = [state for state in chosen if state != StepState.IN_FLIGHT]
+    in_flight: list[StepState] = [state for state in chosen if state == StepState.IN_FLIGHT]
+    return [group for group in (rest, in_flight) if group]
+
+
+def _one_of(states: list[StepState]) -> ColumnElement[bool]:
+    values = [state.value for state in states]
+    if len(values) == 1:
+        return steps.c.state == bindparam(None, values[0], unique=True, literal_execute=True)
+    return steps.c.state.in_(bindparam(None, values, expanding=True, literal_execute=True))
+
+
+def state_condition(states: Iterable[StepState]) -> ColumnElement[bool]:
+    """``state`` is one of ``states``, in a form the indexes serve: the values inlined
+    (PostgreSQL matches a query to a partial index only when its plan sees them, as the
+    sweeper's do), and ``in_flight`` in a term of its own, since the page's indexes
+    leave it out on PostgreSQL (``schema.Step``; an ``OR`` of the two is read from
+    both indexes)."""
+    terms = [_one_of(group) for group in _apart(states)]
+    return terms[0] if len(terms) == 1 else or_(*terms)
 
 
 class Overview:
@@ -94,7 +123,7 @@ class Overview:
         for state in states:
             limited = (
                 select(steps.c.id)
-                .where(steps.c.state == state.value, *conditions(where, self.dialect))
+                .where(state_condition([state]), *conditions(where, self.dialect))
                 .limit(cap + 1)
                 .subquery()
             )
@@ -130,14 +159,19 @@ class Overview:
         if before is not None:
             matching.append(steps.c.id < before)
         many = {state for state in states if sizes[state].capped or sizes[state].value > SPARSE}
-        sparse = [state.value for state in states if sizes[state].value and state not in many]
-        dense = [state.value for state in states if state in many]
+        sparse = [state for state in states if sizes[state].value and state not in many]
+        dense = [state for state in states if state in many]
         ids: list[int] = []
         if sparse:
-            query = select(steps.c.id).where(steps.c.state.in_(sparse), *matching)
+            # One index range each: in_flight is not in the others' indexes.
+            parts = [
+                select(steps.c.id).where(state_condition(group), *matching)
+                for group in _apart(sparse)
+            ]
+            query = parts[0] if len(parts) == 1 else union_all(*parts)
             ids.extend(int(row[0]) for row in self._read(query))
         for state in dense:
-            query = select(steps.c.id).where(steps.c.state == state, *matching)
+            query = select(steps.c.id).where(state_condition([state]), *matching)
             newest = query.order_by(steps.c.id.desc()).limit(limit + 1)
             ids.extend(int(row[0]) for row in self._read(newest))
         chosen = sorted(ids, reverse=True)[: limit + 1]

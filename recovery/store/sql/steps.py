@@ -49,6 +49,7 @@ from toolsafe.recovery.store.sql import outbox as outbox
 from toolsafe.recovery.store.sql import statements as sql
 from toolsafe.recovery.store.sql import sweep as sweep
 from toolsafe.recovery.store.sql.feed import ChangeFeed
+from toolsafe.recovery.store.sql.overview import state_condition
 from toolsafe.recovery.store.sql.submits import StepSubmits
 from toolsafe.recovery.store.submission import valid_operation_ref
 
@@ -163,7 +164,9 @@ class StepStore(StepSubmits, StepActions, ClaimShortcuts):
             raise ValueError(f"limit must be 0 or more, not {limit}")
         query = select(steps).order_by(steps.c.id.desc()).limit(limit)
         if states is not None:
-            query = query.where(steps.c.state.in_([StepState(state).value for state in states]))
+            if not states:
+                return []
+            query = query.where(state_condition(states))
         if tool is not None:
             query = query.where(steps.c.tool == tool)
         if prefix:

@@ -3,6 +3,7 @@ and the state CHECK constraint holds exactly the ``StepState`` vocabulary."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
+from tests.support.recovery.databases import own_database
 from toolsafe.adapters.envelope import COMMIT_STATES
 from toolsafe.recovery.db import (
     alembic_config,
@@ -71,6 +73,50 @@ def test_migrations_produce_the_models_schema(fresh_engine: Engine) -> None:
     migrate(_url(fresh_engine))
     with fresh_engine.connect() as conn:
         assert _differences(conn) == []
+
+
+def _index_definitions(conn: Connection) -> dict[str, str]:
+    """Every index as the database states it: PostgreSQL's own definition (columns,
+    operator classes, a partial index's predicate); SQLite's columns, uniqueness and
+    whether it is partial."""
+    if conn.dialect.name == "postgresql":
+        rows = conn.execute(
+            text(
+                "SELECT indexname, indexdef FROM pg_indexes "
+                "WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+            )
+        ).all()
+        return {str(name): str(definition) for name, definition in rows}
+    found = {}
+    tables = "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'alembic_version'"
+    for table in conn.execute(text(tables)):
+        for _seq, name, unique, _origin, partial in conn.execute(
+            text(f"PRAGMA index_list('{table[0]}')")
+        ).all():
+            columns = [row[2] for row in conn.execute(text(f"PRAGMA index_info('{name}')"))]
+            found[str(name)] = f"{table[0]} {columns} unique={unique} partial={partial}"
+    return found
+
+
+def test_migrations_produce_the_models_indexes_exactly(
+    fresh_engine: Engine, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Alembic's comparison does not look at a partial index's predicate or an operator
+    class: the definitions are compared as the database states them."""
+    migrate(_url(fresh_engine))
+    with contextlib.ExitStack() as stack:
+        if fresh_engine.dialect.name == "postgresql":
+            url = stack.enter_context(own_database(request.getfixturevalue("pg_url"), "models"))
+        else:
+            url = f"sqlite:///{tmp_path / 'models.db'}"
+        models = make_engine(url)
+        stack.callback(models.dispose)
+        Base.metadata.create_all(models)
+        with models.connect() as conn:
+            expected = _index_definitions(conn)
+    with fresh_engine.connect() as conn:
+        assert _index_definitions(conn) == expected
+    assert ("ix_steps_in_flight" in expected) == (fresh_engine.dialect.name == "postgresql")
 
 
 def test_the_comparison_notices_a_missing_index(fresh_engine: Engine) -> None:
