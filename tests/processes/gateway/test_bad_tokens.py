@@ -8,10 +8,11 @@ A real ``toolsafe serve`` on the embedded default (SQLite; no worker: the agent 
 without the limit that is 5 s of scrypt a second, far more than the machine has — in ten
 one-second phases with a second of quiet after each; the agent calls throughout, and each
 of its calls counts as quiet or loaded by when it was made, so both are measured in turn
-under the same background load of the machine. Each flood phase is compared with the
-quiet seconds just before and after it, and the median of the ten ratios must stay
-within 2x: the rest of a parallel test run loads the machine in bursts of seconds, which
-a comparison with the whole run's quiet calls would count against the flood. Takes ~30 s."""
+under the same background load of the machine. The 2x is the bound on an idle machine of
+the reference's speed; on a slower or busier one it is 2x times the session's machine
+factor (tests/support/machine.py): there even the cheap 429s of 100 requests a second
+take the gateway's event loop a share of cores the rest of a parallel run is using.
+Takes ~30 s."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import httpx
 import pytest
 
 from tests.support.gateway.harness import ROOT, bearer, gateway_for, make_key
+from tests.support.machine import Machine
 
 pytestmark = [pytest.mark.slow]
 
@@ -51,7 +53,7 @@ def _bad(token: str) -> str:
     return token[: len("tsk_") + 16] + "_" + "x" * 43
 
 
-def test_a_flood_of_bad_tokens_does_not_slow_a_good_agent(tmp_path: Path) -> None:
+def test_a_flood_of_bad_tokens_does_not_slow_a_good_agent(tmp_path: Path, machine: Machine) -> None:
     with gateway_for(_bare_env(), tmp_path) as server:
         database = f"sqlite:///{tmp_path / 'toolsafe.db'}"  # migrated by serve at start
         good = make_key(database, "agent", "agent")
@@ -123,9 +125,9 @@ def test_a_flood_of_bad_tokens_does_not_slow_a_good_agent(tmp_path: Path) -> Non
         elif all(not p["start"] - MARGIN <= sent <= p["end"] + MARGIN for p in phases):
             quiet.append(took)
     quiet_p50, loaded_p50 = statistics.median(quiet), statistics.median(loaded)
-    # Each phase against the quiet seconds around it (the pause before it, the one after).
+    # For the message: each phase against the quiet seconds around it (the pauses before
+    # and after it), which tells the flood's effect from the machine's bursts of load.
     ratios = [_phase_ratio(samples, phases, index) for index in range(len(phases))]
-    measured = [ratio for ratio in ratios if ratio is not None]
     each = [
         (round(p["end"] - p["start"], 2), p["statuses"], _p50_ms(samples, p), ratio)
         for p, ratio in zip(phases, ratios, strict=True)
@@ -139,8 +141,12 @@ def test_a_flood_of_bad_tokens_does_not_slow_a_good_agent(tmp_path: Path) -> Non
     print(figures)
     assert not failures, f"the good agent was refused: {failures[:3]}; {figures}"
     assert len(quiet) >= MIN_SAMPLES and len(loaded) >= MIN_SAMPLES, figures
-    assert len(measured) >= PHASES // 2, figures
-    assert statistics.median(measured) <= 2, figures
+    bound = 2 * machine.factor
+    assert loaded_p50 <= bound * quiet_p50, (
+        f"{figures}; bound {bound:.2f}x = 2x times the machine factor {machine.factor:.2f} "
+        f"(the known workload took {machine.wall:.2f} s for {machine.cpu:.2f} s of CPU at "
+        "session start; tests/support/machine.py)"
+    )
     statuses: dict[str, int] = {}
     for phase in phases:
         for status, count in phase["statuses"].items():
