@@ -7,7 +7,6 @@ copies back. The tables are compared in the database (a copy taken before the up
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -19,8 +18,8 @@ import pytest
 from alembic import command
 from sqlalchemy import Connection, Engine, bindparam, select, text
 
-from tests.support.recovery.databases import own_database
-from toolsafe.recovery.db import alembic_config, make_engine
+from tests.support.recovery.databases import empty_engine
+from toolsafe.recovery.db import alembic_config
 from toolsafe.recovery.records import EventRecord, event_record, step_record
 from toolsafe.recovery.schema import UTCDateTime, step_events, steps
 from toolsafe.recovery.states import StepState
@@ -117,15 +116,8 @@ FROM steps WHERE id % 1000 = 0
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
 def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A database at 0006 holding 10^5 steps in every state and their events."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url, json = f"sqlite:///{tmp_path / 'old.db'}", "{}"
-        else:
-            pg_url = request.getfixturevalue("pg_url")
-            url = stack.enter_context(own_database(pg_url, "events_0007"))
-            json = "CAST({} AS jsonb)"
-        engine = make_engine(url)
-        stack.callback(engine.dispose)
+    with empty_engine(request.param, request, tmp_path, "events_0007") as engine:
+        json = "CAST({} AS jsonb)" if request.param == "postgresql" else "{}"
         url = engine.url.render_as_string(hide_password=False)
         command.upgrade(alembic_config(url), "0006_worker_heartbeats")
         times = [bindparam(key, when, type_=UTCDateTime()) for key, when in _TIMES.items()]

@@ -6,7 +6,6 @@ do not change. Then the downgrade, checked the same way."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +15,8 @@ import pytest
 from alembic import command
 from sqlalchemy import Connection, Engine, bindparam, text
 
-from tests.support.recovery.databases import own_database
-from toolsafe.recovery.db import alembic_config, make_engine
+from tests.support.recovery.databases import empty_engine
+from toolsafe.recovery.db import alembic_config
 from toolsafe.recovery.schema import UTCDateTime
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.overview import SPARSE, Count, StepFilter
@@ -60,14 +59,8 @@ _FILTERS = [
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
 def store_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A database at 0007 holding 10^3 steps spread over every state, with events."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url, json = f"sqlite:///{tmp_path / 'old.db'}", "{}"
-        else:
-            url = stack.enter_context(own_database(request.getfixturevalue("pg_url"), "ix_0008"))
-            json = "CAST({} AS jsonb)"
-        engine = make_engine(url)
-        stack.callback(engine.dispose)
+    with empty_engine(request.param, request, tmp_path, "ix_0008") as engine:
+        json = "CAST({} AS jsonb)" if request.param == "postgresql" else "{}"
         url = engine.url.render_as_string(hide_password=False)
         command.upgrade(alembic_config(url), "0007_events_without_copies")
         t0 = bindparam("t0", T0, type_=UTCDateTime())

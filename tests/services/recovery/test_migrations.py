@@ -3,7 +3,6 @@ and the state CHECK constraint holds exactly the ``StepState`` vocabulary."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import re
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
-from tests.support.recovery.databases import own_database
+from tests.support.recovery.databases import empty_engine
 from toolsafe.adapters.envelope import COMMIT_STATES
 from toolsafe.recovery.db import (
     alembic_config,
@@ -104,13 +103,7 @@ def test_migrations_produce_the_models_indexes_exactly(
     """Alembic's comparison does not look at a partial index's predicate or an operator
     class: the definitions are compared as the database states them."""
     migrate(_url(fresh_engine))
-    with contextlib.ExitStack() as stack:
-        if fresh_engine.dialect.name == "postgresql":
-            url = stack.enter_context(own_database(request.getfixturevalue("pg_url"), "models"))
-        else:
-            url = f"sqlite:///{tmp_path / 'models.db'}"
-        models = make_engine(url)
-        stack.callback(models.dispose)
+    with empty_engine(fresh_engine.dialect.name, request, tmp_path, "models") as models:
         Base.metadata.create_all(models)
         with models.connect() as conn:
             expected = _index_definitions(conn)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
+import pytest
+from sqlalchemy import Engine
 
-from toolsafe.recovery.db import normalize_url
+from toolsafe.recovery.db import make_engine, normalize_url
 
 
 @contextlib.contextmanager
@@ -27,6 +30,23 @@ def own_database(pg_url: str, suffix: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def empty_engine(
+    dialect: str, request: pytest.FixtureRequest, tmp_path: Path, suffix: str
+) -> Iterator[Engine]:
+    """An engine on an empty database of ``dialect`` of the test's own: on PostgreSQL
+    ``own_database(pg_url, suffix)``, on SQLite a file ``<suffix>.db`` in ``tmp_path``;
+    disposed (and the PostgreSQL database dropped) at the end."""
+    with contextlib.ExitStack() as stack:
+        if dialect == "postgresql":
+            url = stack.enter_context(own_database(request.getfixturevalue("pg_url"), suffix))
+        else:
+            url = f"sqlite:///{tmp_path / f'{suffix}.db'}"
+        engine = make_engine(url)
+        stack.callback(engine.dispose)
+        yield engine
 
 
 def end_connections(url: str) -> int:
