@@ -78,10 +78,10 @@ typecheck: venv-dev
 # In parallel (pytest-xdist): each worker has its own PostgreSQL database, Redis db number,
 # ports and temporary folders; the tests of one file stay on one worker (a module's
 # cluster starts once), and the `serial` ones share one worker, one after another
-# (tests/conftest.py, xdist_scope). PYTEST_PARALLEL= runs in one process. Four workers on
+# (tests/conftest.py, xdist_scope). PYTEST_PARALLEL= runs in one process. Five workers on
 # two cores: a process test spends much of its time waiting on leases, sweeps and its
-# workers, and a fourth worker fills those waits (docs/architecture.md).
-PYTEST_WORKERS  ?= 4
+# workers, and the extra workers fill those waits (docs/architecture.md).
+PYTEST_WORKERS  ?= 5
 PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope
 # The suite starts a few hundred interpreters (workers, CLIs, benchmark programs) and each
 # xdist worker imports every test module: with PYTHONDONTWRITEBYTECODE set (containers
