@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import schedule
-from tests.support.machine import Machine, cpu_times, session_machine
+from tests.support.machine import Machine, cpu_times, measure, session_machine, speed_line
 from toolsafe.harness import preload
 from toolsafe.harness.broker import SESSION_LOCK_KEY
 
@@ -99,14 +99,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # The machine's CPU at the controller's start: the summary says how busy the cores were,
-# so a run's time can be read against the CPU work it needed (and what ran beside it).
+# so a run's time can be read against the CPU work it needed (and what ran beside it),
+# and how fast the cores were at the start and the end (the controller's own measure).
 _CPU_AT_START = cpu_times()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        session_machine()  # the cores' speed at the start, for the summary
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     now = cpu_times()
     if _CPU_AT_START is not None and now is not None:
         terminalreporter.write_line(now.since(_CPU_AT_START))
+    if not hasattr(terminalreporter.config, "workerinput"):
+        terminalreporter.write_line(speed_line(session_machine(), measure()))
 
 
 # Files whose tests share nothing costlier than the session's fixtures and are each long

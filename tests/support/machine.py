@@ -64,6 +64,18 @@ def measure() -> Machine:
     return Machine(wall, cpu)
 
 
+def speed_line(start: Machine, end: Machine) -> str:
+    """How fast the cores ran the known workload at a run's start and end, against the
+    reference machine: this machine's speed drifts by hours (seen here: 0.032 to 0.24 s
+    of CPU), and a run's time follows it, so a summary states it beside the time."""
+    first, last = start.cpu / RUNS, end.cpu / RUNS
+    return (
+        f"machine speed: the known workload took {first:.3f} s of CPU at the start and "
+        f"{last:.3f} s at the end ({REFERENCE_CPU:g} s on the reference machine: "
+        f"{first / REFERENCE_CPU:.2f}x and {last / REFERENCE_CPU:.2f}x its time)"
+    )
+
+
 @functools.cache
 def session_machine() -> Machine:
     """This process's measurement, taken once (the ``machine`` fixture's too)."""

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PER_TEST, SERIAL, xdist_scope
-from tests.support.machine import MAX_FACTOR, REFERENCE_CPU, RUNS, Machine, parse_proc_stat
+from tests.support.machine import (
+    MAX_FACTOR,
+    REFERENCE_CPU,
+    RUNS,
+    Machine,
+    parse_proc_stat,
+    speed_line,
+)
 from tests.support.schedule import Recorder, longest_first, read_durations, unit_costs
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -140,6 +147,15 @@ def test_the_summary_says_how_busy_the_cores_were_and_the_least_wall_time() -> N
     assert after.since(before) == (
         "machine CPU over the run: 800 s busy of 900 s on 2 cores (89%); that much work "
         "needs at least 400 s of wall time on these cores"
+    )
+
+
+def test_the_summary_says_how_fast_the_cores_were_at_the_start_and_the_end() -> None:
+    start = Machine(wall=0.2, cpu=RUNS * REFERENCE_CPU / 2)  # twice the reference's speed
+    end = Machine(wall=0.9, cpu=RUNS * REFERENCE_CPU * 1.5)
+    assert speed_line(start, end) == (
+        "machine speed: the known workload took 0.045 s of CPU at the start and 0.135 s at "
+        "the end (0.09 s on the reference machine: 0.50x and 1.50x its time)"
     )
 
 
