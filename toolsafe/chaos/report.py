@@ -74,6 +74,9 @@ class ChaosReport:
     # Per fired SIGKILL: seconds until its step was final or waiting on the agent again,
     # by fault point.
     kill_recovery: dict[str, list[float]] = field(default_factory=dict)
+    # The same seconds by the killed step's scenario: a scenario that waits by itself (a
+    # rate limit's not_before, a stalled store, an approval) counts its own wait too.
+    kill_recovery_by_scenario: dict[str, list[float]] = field(default_factory=dict)
     # The recovery wait (first failure → terminal) of each scenario's steps.
     recovery_by_scenario: dict[str, WaitTimes] = field(default_factory=dict)
     beat_exits: Counter[str] = field(default_factory=Counter)
@@ -141,6 +144,13 @@ class ChaosReport:
                 + ", ".join(
                     f"{point} {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
                     for point, seconds in sorted(self.kill_recovery.items())
+                )
+            )
+            lines.append(
+                "  by the killed step's scenario (kills, p50 / max): "
+                + ", ".join(
+                    f"{name} {len(seconds)}, {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
+                    for name, seconds in sorted(self.kill_recovery_by_scenario.items())
                 )
             )
         if c.deduplicating:
@@ -222,6 +232,10 @@ class ChaosReport:
             "kill_recovery": summary(self.kill_recovery_seconds),
             "kill_recovery_by_point": {
                 point: summary(seconds) for point, seconds in sorted(self.kill_recovery.items())
+            },
+            "kill_recovery_by_scenario": {
+                name: summary(seconds)
+                for name, seconds in sorted(self.kill_recovery_by_scenario.items())
             },
             "recovery_by_scenario": {
                 name: as_json_wait(w) for name, w in self.recovery_by_scenario.items()

@@ -398,6 +398,8 @@ class _Run:
                     if waited is not None:
                         point = str(record.get("point"))
                         report.kill_recovery.setdefault(point, []).append(waited)
+                        by_scenario = report.kill_recovery_by_scenario
+                        by_scenario.setdefault(scenario.get(ref, "?"), []).append(waited)
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1

@@ -55,4 +55,9 @@ def test_a_partitioned_worker_and_killed_pool_processes_keep_the_invariant(
     # Every killed step settled again, and the report says how long each took.
     assert report["kill_recovery"]["count"] == sum(report["kills_fired"].values()), printed
     assert "kill → final or waiting on the agent (6 kills)" in printed
+    # ... and by the killed step's scenario, each kill counted once.
+    by_scenario = report["kill_recovery_by_scenario"]
+    assert sum(seconds["count"] for seconds in by_scenario.values()) == 6, by_scenario
+    assert "?" not in by_scenario, by_scenario
+    assert "by the killed step's scenario (kills, p50 / max): " in printed
     assert "invariant violations: 0" in printed

@@ -155,6 +155,31 @@ def test_every_fault_point_ends_in_one_effect(cluster: Cluster) -> None:
     assert executions_after_the_kill(after_record) == 0, cluster.states(after_record)
 
 
+def test_a_parked_retry_whose_pool_process_died_runs_at_its_not_before(
+    cluster: Cluster,
+) -> None:
+    """A pool process killed after recording a rate-limited step's retry and before
+    publishing anything: the retry (parked: its delay is longer than ``max_eta``) still
+    runs at its ``not_before``, not after the sweeper's ``republish_after``."""
+    republish_after = 60.0
+    ref = new_ref("crash/parked")
+    write_plan(Path(cluster.env["TOOLSAFE_FAULT_PLAN"]), {ref: {"before_publish": "kill"}})
+    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=1)
+    settings = {"TOOLSAFE_REPUBLISH_AFTER": f"{republish_after:g}", "TOOLSAFE_MAX_ETA": "0.5"}
+    cluster.start_worker("parked", concurrency=1, extra_env=settings)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    # Half the republish delay: only the release of the parked retry runs it this soon.
+    view = cluster.client.wait(ref, timeout=republish_after / 2)
+    assert view.state is S.SUCCEEDED, (view.state, cluster.logs())
+    assert cluster.effects(ref) == 1
+    records = fired(f"{cluster.env['TOOLSAFE_FAULT_PLAN']}.fired")
+    assert [(r["point"], r["action"]) for r in records if r["entry"] == ref] == [
+        ("before_publish", "kill")
+    ]
+    assert cluster.went_through(ref, S.IN_FLIGHT, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED)
+    assert cluster.violations([ref]) == []
+
+
 def test_broker_loss_is_repaired_by_the_sweeper(cluster: Cluster, redis_url: str) -> None:
     waiting = [new_ref("loss/retry") for _ in range(3)]
     verifying = [new_ref("loss/verify") for _ in range(3)]
