@@ -161,7 +161,7 @@ def test_a_parked_retry_whose_pool_process_died_runs_at_its_not_before(
     """A pool process killed after recording a rate-limited step's retry and before
     publishing anything: the retry (parked: its delay is longer than ``max_eta``) still
     runs at its ``not_before``, not after the sweeper's ``republish_after``."""
-    republish_after = 60.0
+    republish_after = 120.0
     ref = new_ref("crash/parked")
     write_plan(Path(cluster.env["TOOLSAFE_FAULT_PLAN"]), {ref: {"before_publish": "kill"}})
     cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=1)
