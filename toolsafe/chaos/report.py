@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +50,33 @@ class ChaosConfig:
     pg_admin: str = LOCAL_PG_ADMIN  # where a run without --database creates its own
 
 
+@dataclass(frozen=True)
+class KillRecovery:
+    """One fired SIGKILL: where it struck, its step's scenario, and the seconds until
+    the step was final or waiting on the agent again."""
+
+    point: str
+    scenario: str
+    seconds: float
+
+
+def _grouped(pairs: Iterable[tuple[str, float]]) -> dict[str, list[float]]:
+    """The seconds of ``pairs`` by their key, keys in order."""
+    groups: dict[str, list[float]] = {}
+    for key, seconds in sorted(pairs, key=lambda pair: pair[0]):
+        groups.setdefault(key, []).append(seconds)
+    return groups
+
+
+def _p50_max(groups: dict[str, list[float]], *, counted: bool) -> str:
+    """``name [count, ]p50 / max`` of each group, for the report's text."""
+    return ", ".join(
+        f"{name} {f'{len(seconds)}, ' if counted else ''}"
+        f"{summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
+        for name, seconds in groups.items()
+    )
+
+
 @dataclass
 class ChaosReport:
     config: ChaosConfig
@@ -71,12 +99,10 @@ class ChaosReport:
     restart_seconds: list[float] = field(default_factory=list)
     broker_restart_seconds: list[float] = field(default_factory=list)
     failover_seconds: list[float] = field(default_factory=list)  # primary killed → promoted
-    # Per fired SIGKILL: seconds until its step was final or waiting on the agent again,
-    # by fault point.
-    kill_recovery: dict[str, list[float]] = field(default_factory=dict)
-    # The same seconds by the killed step's scenario: a scenario that waits by itself (a
+    # Per fired SIGKILL: its fault point, its step's scenario, and the seconds until the
+    # step was final or waiting on the agent again. A scenario that waits by itself (a
     # rate limit's not_before, a stalled store, an approval) counts its own wait too.
-    kill_recovery_by_scenario: dict[str, list[float]] = field(default_factory=dict)
+    kills: list[KillRecovery] = field(default_factory=list)
     # The recovery wait (first failure → terminal) of each scenario's steps.
     recovery_by_scenario: dict[str, WaitTimes] = field(default_factory=dict)
     beat_exits: Counter[str] = field(default_factory=Counter)
@@ -89,7 +115,17 @@ class ChaosReport:
     @property
     def kill_recovery_seconds(self) -> list[float]:
         """Every fired kill's recovery time, whatever its fault point."""
-        return [seconds for by_point in self.kill_recovery.values() for seconds in by_point]
+        return [kill.seconds for kill in self.kills]
+
+    @property
+    def kill_recovery(self) -> dict[str, list[float]]:
+        """The kills' recovery times by fault point."""
+        return _grouped((kill.point, kill.seconds) for kill in self.kills)
+
+    @property
+    def kill_recovery_by_scenario(self) -> dict[str, list[float]]:
+        """The kills' recovery times by the killed step's scenario."""
+        return _grouped((kill.scenario, kill.seconds) for kill in self.kills)
 
     @property
     def unplanned_worker_exits(self) -> int:
@@ -141,17 +177,11 @@ class ChaosReport:
                 f"kill → final or waiting on the agent ({recovery['count']:.0f} kills): "
                 f"p50 {recovery['p50']:.2f}s, p95 {recovery['p95']:.2f}s, "
                 f"max {recovery['max']:.2f}s; by point (p50 / max): "
-                + ", ".join(
-                    f"{point} {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
-                    for point, seconds in sorted(self.kill_recovery.items())
-                )
+                + _p50_max(self.kill_recovery, counted=False)
             )
             lines.append(
                 "  by the killed step's scenario (kills, p50 / max): "
-                + ", ".join(
-                    f"{name} {len(seconds)}, {summary(seconds)['p50']:.2f}s / {max(seconds):.2f}s"
-                    for name, seconds in sorted(self.kill_recovery_by_scenario.items())
-                )
+                + _p50_max(self.kill_recovery_by_scenario, counted=True)
             )
         if c.deduplicating:
             lines.append(
@@ -231,11 +261,10 @@ class ChaosReport:
             "failover_seconds": self.failover_seconds,
             "kill_recovery": summary(self.kill_recovery_seconds),
             "kill_recovery_by_point": {
-                point: summary(seconds) for point, seconds in sorted(self.kill_recovery.items())
+                point: summary(seconds) for point, seconds in self.kill_recovery.items()
             },
             "kill_recovery_by_scenario": {
-                name: summary(seconds)
-                for name, seconds in sorted(self.kill_recovery_by_scenario.items())
+                name: summary(seconds) for name, seconds in self.kill_recovery_by_scenario.items()
             },
             "recovery_by_scenario": {
                 name: as_json_wait(w) for name, w in self.recovery_by_scenario.items()

@@ -38,7 +38,7 @@ from toolsafe.chaos.plan import (
     step_input,
 )
 from toolsafe.chaos.recovery_time import recovered_after, waits_by_scenario
-from toolsafe.chaos.report import ChaosConfig, ChaosReport
+from toolsafe.chaos.report import ChaosConfig, ChaosReport, KillRecovery
 from toolsafe.chaos.resources import resources, run_env
 from toolsafe.harness import (
     DownstreamProcess,
@@ -397,9 +397,8 @@ class _Run:
                     waited = recovered_after(killed_at, self.store.events(ref))
                     if waited is not None:
                         point = str(record.get("point"))
-                        report.kill_recovery.setdefault(point, []).append(waited)
-                        by_scenario = report.kill_recovery_by_scenario
-                        by_scenario.setdefault(scenario.get(ref, "?"), []).append(waited)
+                        kill = KillRecovery(point, scenario.get(ref, "?"), waited)
+                        report.kills.append(kill)
         self.workers.restart_dead()
         for code in self.workers.exits:
             report.worker_exits["SIGKILL" if code == -9 else f"exit {code}"] += 1
