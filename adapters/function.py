@@ -153,7 +153,7 @@ class FunctionAdapter(Adapter[BaseModel]):
     timeout: ClassVar[float | None] = None
     max_retry_after: ClassVar[timedelta] = timedelta(minutes=5)
     default_retry_delay: ClassVar[timedelta] = timedelta(seconds=2)
-    max_attempts: ClassVar[int] = 5
+    max_attempts: ClassVar[int] = 5  # executions per budget: CallContext.retries_allowed
 
     def __init__(
         self,
@@ -264,7 +264,7 @@ class FunctionAdapter(Adapter[BaseModel]):
     def execute(
         self, data: BaseModel, operation_ref: str, context: CallContext
     ) -> AnySuccess | ToolError:
-        attempts_left = max(self.max_attempts - context.attempt, 0)
+        attempts_left = context.retries_allowed(self.max_attempts)
         arguments = self._arguments(data, operation_ref, context)
 
         def run() -> object:

@@ -53,7 +53,8 @@ _MAYBE_SENT: Final = (
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """Where the downstream is and how long to wait for it; every timeout is explicit."""
+    """Where the downstream is and how long to wait for it; every timeout is explicit.
+    ``max_attempts`` counts executions per budget (``CallContext.retries_allowed``)."""
 
     base_url: str
     connect_timeout: float = 3.0
@@ -203,7 +204,7 @@ class HttpAdapter(HttpLookup[InputT]):
     def execute(
         self, data: InputT, operation_ref: str, context: CallContext
     ) -> AnySuccess | ToolError:
-        attempts_left = max(self.settings.max_attempts - context.attempt, 0)
+        attempts_left = context.retries_allowed(self.settings.max_attempts)
         try:
             request = self.client.build_request(
                 self.method,

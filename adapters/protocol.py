@@ -65,12 +65,28 @@ LookupResult = LookupFound | LookupNotFound | LookupUnavailable
 class CallContext:
     """What the runtime tells an adapter about this execution.
 
-    ``approval_ref`` is set once a human approved the step (bound to its operation_ref
-    and input hash); an adapter passes it downstream where approval is required.
+    ``attempt`` is the step's attempt number (1 for its first execution; it counts on
+    across a person's decision). ``approval_ref`` is set once a human approved the step
+    (bound to its operation_ref and input hash); an adapter passes it downstream where
+    approval is required. ``attempts_left`` is how many more executions the runtime's
+    own budget allows after this one (``max_attempts - attempts`` of the step; a
+    person's decision gives the whole budget again), or ``None`` when no runtime called.
     """
 
     attempt: int = 1
     approval_ref: str | None = None
+    attempts_left: int | None = None
+
+    def retries_allowed(self, max_attempts: int) -> int:
+        """What an envelope of this call may offer as ``retry.max_attempts_remaining``
+        from an adapter that allows ``max_attempts`` executions per budget: the
+        runtime's own count, never more than ``max_attempts - 1``. Counting from the
+        attempt number instead would take back what an approval, a corrected input or a
+        re-drive granted (the runtime lets an envelope lower its limit). Without a
+        runtime's count: ``max_attempts`` minus this attempt's number."""
+        if self.attempts_left is None:
+            return max(max_attempts - self.attempt, 0)
+        return max(min(self.attempts_left, max_attempts - 1), 0)
 
 
 def field_errors_from(error: ValidationError) -> list[FieldError]:

@@ -351,7 +351,11 @@ class Client:
         }
 
     def _after(self, recorded: Recorded) -> StepView:
+        """The step as the action left it, then its hint published. Read before the
+        publish: after it, a worker may already have run the step, and the answer would
+        show that call's outcome instead of what the action did."""
         ref = recorded.step.operation_ref
+        done = self.view(ref)
         try:
             pipeline.carry_out(self.runtime, self.hints, recorded, self.runtime.now(), inject=False)
         except (KombuOperationalError, OSError) as error:
@@ -362,4 +366,4 @@ class Client:
                 type(error).__name__,
                 extra={"event": "publish_deferred", "operation_ref": ref},
             )
-        return self.view(ref)
+        return done

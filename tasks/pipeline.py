@@ -278,7 +278,11 @@ def _execute_claimed(
         if opened is None:
             envelope = secret_key_missing(operation_ref, step.tool)
         elif step.tool in runtime.registry:
-            context = CallContext(attempt=step.attempts, approval_ref=approval_ref(step))
+            context = CallContext(
+                attempt=step.attempts,
+                approval_ref=approval_ref(step),
+                attempts_left=step.max_attempts - step.attempts,
+            )
             runtime.faults.hit("before_call", operation_ref)
             if not hold.holds():
                 # Paused or cut off past the lease (or the time limit): the step may be

@@ -304,6 +304,20 @@ def test_429_with_no_attempts_left_escalates() -> None:
     assert shape(envelope) == ("RATE_LIMITED", "dependency", "not_committed", "never", "escalate")
 
 
+def test_429_after_a_decision_offers_the_runtimes_budget() -> None:
+    """Approved after three calls, the step's attempt number is 4 while the runtime gave
+    its whole budget again (4 more): the envelope offers the runtime's count within the
+    code's own cap (3) and ``max_attempts`` per budget, never the limit minus the
+    attempt number (1)."""
+    granted = CallContext(attempt=4, attempts_left=4)
+    waited = error_of(429, "", {"Retry-After": "1"}, context=granted)
+    assert waited.retry.max_attempts_remaining == 3
+    capped = error_of(429, "", {"Retry-After": "1"}, context=granted, max_attempts=2)
+    assert capped.retry.max_attempts_remaining == 1
+    spent = error_of(429, "", {"Retry-After": "1"}, context=CallContext(attempt=5, attempts_left=0))
+    assert shape(spent) == ("RATE_LIMITED", "dependency", "not_committed", "never", "escalate")
+
+
 def test_503_with_retry_after_waits() -> None:
     timed = timed_error_of(503, "<html>down</html>", {"Retry-After": "3"}, content_type="text/html")
     assert shape(timed[0]) == (

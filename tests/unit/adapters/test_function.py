@@ -334,6 +334,32 @@ def test_a_read_retries_every_undeclared_failure_and_needs_no_evidence() -> None
         )
 
 
+def test_a_wait_offers_the_runtimes_budget_not_the_limit_minus_the_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Approved after three calls, the step's attempt number is 4 but the runtime gave
+    the whole budget again (4 more after this call): a rate limit offers what the
+    code's own cap allows of that (3), not the adapter's limit minus the attempt number
+    (1), which would take the decision back; the adapter's own limit still caps it."""
+    ledger = Ledger()
+    ledger.raise_before = Throttled("slow down")
+    adapter = charge_tool(ledger)
+    cap = codes.spec_for(codes.RATE_LIMITED).max_attempts_remaining
+
+    def offered(context: CallContext) -> int:
+        result = call_adapter(adapter, GOOD, "r/19", context)
+        assert isinstance(result, ToolError) and result.code == codes.RATE_LIMITED
+        return result.retry.max_attempts_remaining
+
+    assert offered(CallContext(attempt=4, attempts_left=4)) == min(4, cap) == 3
+    assert offered(CallContext(attempt=7, attempts_left=1)) == 1
+    assert offered(CallContext(attempt=4)) == 1  # no runtime: the limit minus the attempt
+    monkeypatch.setattr(adapter, "max_attempts", 2)
+    assert offered(CallContext(attempt=4, attempts_left=4)) == 1
+    spent = call_adapter(adapter, GOOD, "r/19", CallContext(attempt=5, attempts_left=0))
+    assert isinstance(spent, ToolError) and spent.next_action == "escalate"
+
+
 def test_the_context_reaches_the_function() -> None:
     @tool
     def approve(item: str, operation_ref: str, context: CallContext) -> dict[str, str]:

@@ -220,6 +220,10 @@ def test_execute_after_approval_sends_the_approval_downstream(
     assert second.approval_ref == pipeline.approval_ref(approved.step)
     assert second.approval_ref is not None and second.approval_ref.startswith("appr_")
     assert second.attempt == 2
+    # The adapter is told the runtime's own budget after each call: the approval gave it
+    # whole again, although the attempt number counts on.
+    budget = runtime.policy_for(TOOL).retry.max_attempts
+    assert (first.attempts_left, second.attempts_left) == (budget - 1, budget - 1)
 
 
 def test_execute_a_conflict_escalates_and_notifies(
