@@ -17,10 +17,11 @@ VERIFY_QUEUE: Final = "toolsafe.verify"
 ESCALATION_QUEUE: Final = "toolsafe.escalations"
 SWEEP_QUEUE: Final = "toolsafe.sweep"
 QUEUES: Final = (EXECUTE_QUEUE, VERIFY_QUEUE, ESCALATION_QUEUE, SWEEP_QUEUE)
-# The recovery lane: a lookup of an unknown outcome, and the re-execution a lookup proved
-# safe ("not found" after the window), go to the verify queue, so that a killed call's
-# retry does not wait behind the execute queue's backlog of new submissions. Every worker
-# that consumes the verify queue runs both tasks (one app): no new queue to forget.
+# The recovery lane: a lookup of an unknown outcome, and the hint of a step waiting to
+# retry (a retry at its not_before, a re-execution a lookup proved safe), go to the verify
+# queue, so that they do not wait behind the execute queue's backlog of new submissions.
+# Every worker that consumes the verify queue runs both tasks (one app): no new queue to
+# forget.
 RECOVERY_QUEUE: Final = VERIFY_QUEUE
 
 EXECUTE_TASK: Final = "toolsafe.execute"

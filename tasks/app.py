@@ -134,8 +134,9 @@ class Publisher:
         tool: str | None = None,
         recovery: bool = False,
     ) -> bool:
-        """The execute hint; ``recovery`` (a re-execution a lookup proved safe) goes out
-        in the recovery lane (``RECOVERY_QUEUE``) instead of behind new submissions."""
+        """The execute hint; ``recovery`` (a step waiting to retry: a retry at its
+        ``not_before``, a re-execution a lookup proved safe) goes out in the recovery
+        lane (``RECOVERY_QUEUE``) instead of behind new submissions."""
         queue = RECOVERY_QUEUE if recovery else None
         return self._send(EXECUTE_TASK, operation_ref, due_at, now, tool, queue)
 

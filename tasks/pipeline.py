@@ -19,9 +19,9 @@ from toolsafe.adapters import codes, lookup_codes
 from toolsafe.adapters.envelope import AnySuccess, ToolError
 from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_lookup_recorded
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
-from toolsafe.recovery.outcomes import Decision, Executed, LookedUp, TransitionRefused
+from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState, label_of
+from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, Refused, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks import early
@@ -41,8 +41,9 @@ class Hints(Protocol):
     """Where follow-up messages go (the Celery publisher, or anything that records).
 
     ``tool`` names the step's tool for monitoring only (Flower shows it with the task);
-    the task itself reads everything from the step. ``recovery`` marks the re-execution
-    a lookup proved safe (``RECOVERY_QUEUE``): it goes out in the recovery lane."""
+    the task itself reads everything from the step. ``recovery`` marks the hint of a
+    step waiting to retry (``retrying``): it goes out in the recovery lane
+    (``RECOVERY_QUEUE``) instead of behind the execute queue's new submissions."""
 
     def execute(
         self,
@@ -129,13 +130,12 @@ def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
     return codes.build_error(SECRET_KEY_MISSING, operation_ref, {"tool": tool[:100]})
 
 
-_FOUND_ABSENT: Final = label_of(StepState.VERIFYING, StepState.WAITING_RETRY)
-
-
-def is_re_execution(decision: Decision) -> bool:
-    """The retry of a call a lookup proved not written ("not found" after the window):
-    a killed call's second chance, which the recovery lane carries."""
-    return decision.action == "run" and decision.label == _FOUND_ABSENT
+def retrying(step: StepRecord) -> bool:
+    """A step waiting out its retry delay (``waiting_retry``: a rate limit, an
+    unavailable dependency, a re-execution a lookup proved safe). Its execute hint goes
+    in the recovery lane: its agent has waited out the delay already, and a hint behind
+    the execute queue's backlog of new submissions would be late by that backlog."""
+    return step.state is StepState.WAITING_RETRY
 
 
 def carry_out(
@@ -154,7 +154,7 @@ def carry_out(
         faults.hit("before_publish", ref)
         if decision.action == "run":
             published = hints.execute(
-                ref, due_at, now, tool=recorded.step.tool, recovery=is_re_execution(decision)
+                ref, due_at, now, tool=recorded.step.tool, recovery=retrying(recorded.step)
             )
         else:
             published = hints.verify(ref, due_at, now, tool=recorded.step.tool)

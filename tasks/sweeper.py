@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepRecord
 from toolsafe.tasks.broker_watch import BrokerWatch
-from toolsafe.tasks.pipeline import Hints, carry_out, log_event
+from toolsafe.tasks.pipeline import Hints, carry_out, log_event, retrying
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.pipeline")
@@ -63,7 +63,7 @@ def sweep(
         if step.state is StepState.VERIFYING:
             hints.verify(step.operation_ref, None, now, tool=step.tool)
         else:
-            hints.execute(step.operation_ref, None, now, tool=step.tool)
+            hints.execute(step.operation_ref, None, now, tool=step.tool, recovery=retrying(step))
         log_event("republished", step.operation_ref, state=str(step.state))
     # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
     resend = store.outbox.due(
@@ -109,7 +109,9 @@ def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: dateti
             if step.state is StepState.VERIFYING:
                 hints.verify(step.operation_ref, None, now, tool=step.tool)
             else:
-                hints.execute(step.operation_ref, None, now, tool=step.tool)
+                hints.execute(
+                    step.operation_ref, None, now, tool=step.tool, recovery=retrying(step)
+                )
         log_event("recovered", step.operation_ref, state=str(step.state))
     if lost:
         log.warning(
@@ -146,7 +148,9 @@ def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | Non
             if step.state is StepState.VERIFYING:
                 hints.verify(step.operation_ref, step.due_at, now, tool=step.tool)
             else:
-                hints.execute(step.operation_ref, step.due_at, now, tool=step.tool)
+                hints.execute(
+                    step.operation_ref, step.due_at, now, tool=step.tool, recovery=retrying(step)
+                )
         released += len(batch)
         if len(batch) < settings.sweep.batch:
             break

@@ -150,7 +150,7 @@ def test_execute_a_short_retry_publishes_it_with_its_due_time(
     assert pipeline.execute(runtime, hints, REF) == "run"
     step = store.get(REF)
     assert step.state is S.WAITING_RETRY and step.due_at is not None
-    assert hints.take() == [Hint("execute", REF, step.due_at)]
+    assert hints.take() == [Hint("execute", REF, step.due_at, recovery=True)]
     assert step.published_at == step.due_at
     # An early hint (the ETA ran ahead of the due time) does nothing harmful (R6).
     assert pipeline.execute(runtime, hints, REF) == "noop"
@@ -173,13 +173,35 @@ def test_execute_a_retry_beyond_max_eta_is_parked_until_the_release(
     # max_eta ahead: its hint goes out with the due time as ETA, once.
     released_at = step.due_at - lookahead
     assert sweeper.release(runtime, hints, released_at) == 1
-    assert hints.take() == [Hint("execute", REF, step.due_at)]
+    assert hints.take() == [Hint("execute", REF, step.due_at, recovery=True)]
     assert store.get(REF).published_at == step.due_at
     assert sweeper.release(runtime, hints, released_at + timedelta(seconds=1)) == 0
     assert hints.take() == []
     # The hint got lost: due_work re-publishes it republish_after past the due time.
     late = step.due_at + timedelta(seconds=SETTINGS.sweep.republish_after + 1)
     assert [s.operation_ref for s in store.due_work(late, 10, timedelta(seconds=30))] == [REF]
+
+
+def test_a_lost_retry_is_sent_again_in_the_recovery_lane_a_new_step_in_the_execute_queue(
+    runtime: Runtime,
+    store: MemoryStore,
+    hints: RecordingHints,
+    adapter: ScriptedAdapter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lane follows the step, whoever sends its hint: a step waiting to retry waits
+    in no backlog of new submissions, a new one takes its turn in the execute queue."""
+    submit(runtime)
+    adapter.answers.append(retry_in(SETTINGS.broker.max_eta / 2))
+    assert pipeline.execute(runtime, hints, REF) == "run"
+    retry = store.get(REF)
+    assert retry.due_at is not None and hints.take() != []  # that hint is lost
+    submit(runtime, "fresh")  # never run, and its hint is lost too
+    late = retry.due_at + timedelta(seconds=SETTINGS.sweep.republish_after + 1)
+    monkeypatch.setattr(runtime, "now", lambda: late)
+    assert sweeper.sweep(runtime, hints, lambda: 0)["republished"] == 2
+    sent = {(hint.kind, hint.operation_ref, hint.recovery) for hint in hints.take()}
+    assert sent == {("execute", REF, True), ("execute", "fresh", False)}
 
 
 def test_execute_correctable_input_waits_for_the_agent(

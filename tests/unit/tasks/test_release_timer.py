@@ -57,7 +57,7 @@ def test_the_timer_sends_a_parked_retry_ahead_of_its_due_time() -> None:
         sent_at = now()
     finally:
         timer.stop()
-    assert hints.take() == [Hint("execute", REF, due)]
+    assert hints.take() == [Hint("execute", REF, due, recovery=True)]
     assert sent_at < due  # out before it falls due, to run at due_at as an ETA
     assert timer.released == 1 and store.get(REF).published_at == due
 
