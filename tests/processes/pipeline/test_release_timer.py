@@ -64,3 +64,35 @@ def test_a_parked_retry_is_released_and_runs_at_its_not_before(
     assert store.get(ref).published_at == waiting.due_at  # released for its due time
     assert cluster.went_through(ref, S.WAITING_RETRY, S.IN_FLIGHT, S.SUCCEEDED)
     assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
+
+
+def test_a_released_retry_runs_ahead_of_a_backlog_of_new_submissions(
+    cluster: Cluster,
+) -> None:
+    """The retry's hint goes in the recovery lane: it runs at its ``not_before`` while new
+    submissions sent after its rate limit still wait, instead of behind all of them.
+    Order only, no time bound: the backlog (24 calls of at least 0.3 s each on the
+    worker's two processes) outlasts the retry's 2 s delay by seconds, and a slower
+    machine makes it longer still."""
+    ref = new_ref("run_10/retry")
+    cluster.fault(fault="rate_limit", operation_ref=ref, retry_after=2)
+    cluster.client.submit("create_invoice", INVOICE, operation_ref=ref)
+    store = cluster.client.runtime.store
+    cluster.wait_for(lambda: store.get(ref).state is S.WAITING_RETRY, what="the rate limit")
+    backlog = [new_ref(f"run_10/new_{n}") for n in range(24)]
+    for queued in backlog:
+        cluster.fault(fault="stall_after_store", operation_ref=queued, seconds=0.3)
+    cluster.client.submit_many(
+        [("create_invoice", INVOICE, queued) for queued in backlog], actor="test"
+    )
+    for done in (ref, *backlog):
+        assert cluster.client.wait(done, timeout=60).state is S.SUCCEEDED, cluster.logs()
+
+    def claims(of: str) -> list[datetime]:
+        return [event.at for event in store.events(of) if event.kind == "claimed"]
+
+    retried = claims(ref)[-1]
+    last_new = max(claims(queued)[0] for queued in backlog)
+    assert retried < last_new, (retried, last_new, cluster.logs())
+    assert all(cluster.effects(done) == 1 for done in (ref, *backlog))
+    assert cluster.violations([ref, *backlog]) == []
