@@ -47,7 +47,7 @@ from benchmarks.common import (
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
-from toolsafe.celeryconfig import EXECUTE_QUEUE, QUEUES
+from toolsafe.celeryconfig import EXECUTE_QUEUE, QUEUES, RECOVERY_QUEUE
 from toolsafe.harness import Process
 from toolsafe.harness.redis_server import RedisServer
 from toolsafe.recovery.schema import steps
@@ -113,6 +113,12 @@ def park_backlog(env: dict[str, str], database: BenchDatabase, count: int, delay
         conn.execute("DELETE FROM steps WHERE operation_ref = %s", (TEMPLATE,))
 
 
+def waiting(client: redis.Redis) -> int:
+    """Hints waiting in the broker: a released retry goes in the recovery lane, a new
+    submission in the execute queue."""
+    return int(client.llen(EXECUTE_QUEUE)) + int(client.llen(RECOVERY_QUEUE))
+
+
 def published(database: BenchDatabase) -> int:
     with database.connect() as conn:
         row = conn.execute(
@@ -123,11 +129,11 @@ def published(database: BenchDatabase) -> int:
 
 
 def settled(client: redis.Redis, database: BenchDatabase, seconds: float, timeout: float) -> None:
-    """Until the queue's length and the released count stopped changing for ``seconds``."""
+    """Until the queues' length and the released count stopped changing for ``seconds``."""
     deadline = time.monotonic() + timeout
     last, since = (-1, -1), time.monotonic()
     while time.monotonic() < deadline:
-        now = (int(client.llen(EXECUTE_QUEUE)), published(database))
+        now = (waiting(client), published(database))
         if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= seconds:
@@ -168,7 +174,7 @@ def measure(
         settled(client, database, args.settle, 180)
         rss = group_rss_kib(worker)
         released = published(database)
-        taken = released - int(client.llen(EXECUTE_QUEUE))
+        taken = released - waiting(client)
         submitter = Client(create_app(Settings.from_env(env)))
         ref = f"eta-due/{uuid.uuid4().hex[:8]}"
         try:

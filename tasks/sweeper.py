@@ -60,10 +60,7 @@ def sweep(
             republish_after=timedelta(seconds=settings.sweep.republish_after),
         )
     for step in due:
-        if step.state is StepState.VERIFYING:
-            hints.verify(step.operation_ref, None, now, tool=step.tool)
-        else:
-            hints.execute(step.operation_ref, None, now, tool=step.tool, recovery=retrying(step))
+        send_hint(hints, step, None, now)
         log_event("republished", step.operation_ref, state=str(step.state))
     # Escalation notices whose hint was lost, or whose handlers failed (R9, at least once).
     resend = store.outbox.due(
@@ -89,6 +86,15 @@ def sweep(
     return counts
 
 
+def send_hint(hints: Hints, step: StepRecord, due_at: datetime | None, now: datetime) -> None:
+    """A waiting step's hint again: its lookup when it is verifying, else its execution,
+    in the recovery lane when it waits to retry (``retrying``)."""
+    if step.state is StepState.VERIFYING:
+        hints.verify(step.operation_ref, due_at, now, tool=step.tool)
+    else:
+        hints.execute(step.operation_ref, due_at, now, tool=step.tool, recovery=retrying(step))
+
+
 def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: datetime) -> int:
     """One batch of the steps whose hint the broker lost (``watch``): those due now are
     sent at once; those due later are un-parked, and ``release`` (later in the same
@@ -106,12 +112,7 @@ def recover_lost(runtime: Runtime, hints: Hints, watch: BrokerWatch, now: dateti
     )
     for step in lost:
         if step.published_at is not None:  # due now (the others wait for ``release``)
-            if step.state is StepState.VERIFYING:
-                hints.verify(step.operation_ref, None, now, tool=step.tool)
-            else:
-                hints.execute(
-                    step.operation_ref, None, now, tool=step.tool, recovery=retrying(step)
-                )
+            send_hint(hints, step, None, now)
         log_event("recovered", step.operation_ref, state=str(step.state))
     if lost:
         log.warning(
@@ -145,12 +146,7 @@ def release(runtime: Runtime, hints: Hints, now: datetime, *, batches: int | Non
             batches -= 1
         batch = runtime.store.release_parked(now, horizon, limit=settings.sweep.batch)
         for step in batch:
-            if step.state is StepState.VERIFYING:
-                hints.verify(step.operation_ref, step.due_at, now, tool=step.tool)
-            else:
-                hints.execute(
-                    step.operation_ref, step.due_at, now, tool=step.tool, recovery=retrying(step)
-                )
+            send_hint(hints, step, step.due_at, now)
         released += len(batch)
         if len(batch) < settings.sweep.batch:
             break
