@@ -59,7 +59,6 @@ class _Probe:
 
     completed: bool = False
     value: object = None
-    calls: list[str] = field(default_factory=list)
     ended: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
 
