@@ -24,7 +24,7 @@ from toolsafe.recovery.outcomes import Executed, TransitionRefused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import OperationRefConflict, StepNotFound
 from toolsafe.recovery.store.sql import StepStore
-from toolsafe.tasks.app import Publisher
+from toolsafe.tasks.app import Publisher, buffers
 from toolsafe.tasks.async_client import AsyncClient
 from toolsafe.tasks.client import Client, InvalidInput, ToolCall, WaitTimeout
 from toolsafe.tasks.runtime import utcnow
@@ -82,6 +82,19 @@ def test_submit_commits_then_publishes_once(cluster: Cluster, redis_url: str) ->
     again = cluster.client.submit("create_invoice", dict(INVOICE), operation_ref=ref)
     assert again.operation_ref == ref
     assert _queued(redis_url, ref) == 1
+
+
+def test_a_batch_of_hints_goes_out_once_each(cluster: Cluster, redis_url: str) -> None:
+    """On Redis the batch is buffered and sent without kombu's per-message retry (the
+    flush is what can fail): every hint still arrives, once."""
+    refs = [new_ref(f"client/batch-{n}") for n in range(5)]
+    hints = cluster.client.hints
+    assert isinstance(hints, Publisher)
+    hints.execute_many([(ref, "create_invoice") for ref in refs])
+    assert [_queued(redis_url, ref) for ref in refs] == [1] * len(refs)
+    with cluster.client.app.producer_or_acquire() as producer:
+        assert buffers(producer.channel)
+    assert not buffers(object())  # a transport that publishes at once keeps the retry
 
 
 class _BatchRefused(Publisher):
