@@ -13,6 +13,8 @@ each escalation of a step), so a handler that must act once keeps the keys it ha
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -88,18 +90,34 @@ def log_handler(notice: EscalationNotice) -> None:
 
 class WebhookHandler:
     """POSTs the notice as JSON with its dedup key as ``Idempotency-Key``; a non-2xx
-    answer is an error the task logs, and the notice is sent again later."""
+    answer is an error the task logs, and the notice is sent again later.
+
+    One HTTP client per process, made at the first notice (a pool process forked from
+    the worker makes its own), so a burst of escalations reuses its connections."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url
         self.timeout = timeout
+        self._lock = threading.Lock()
+        self._client: tuple[int, httpx.Client] | None = None  # (the pid it belongs to, it)
+
+    def _http(self) -> httpx.Client:
+        pid = os.getpid()
+        with self._lock:
+            if self._client is None or self._client[0] != pid:
+                self._client = (pid, httpx.Client(timeout=self.timeout))
+            return self._client[1]
+
+    def close(self) -> None:
+        """Close this process's client (the next notice opens another)."""
+        with self._lock:
+            held, self._client = self._client, None
+        if held is not None and held[0] == os.getpid():
+            held[1].close()
 
     def __call__(self, notice: EscalationNotice) -> None:
-        response = httpx.post(
-            self.url,
-            json=notice.as_dict(),
-            timeout=self.timeout,
-            headers={"Idempotency-Key": notice.dedup_key},
+        response = self._http().post(
+            self.url, json=notice.as_dict(), headers={"Idempotency-Key": notice.dedup_key}
         )
         response.raise_for_status()
 

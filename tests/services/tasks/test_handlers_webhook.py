@@ -20,13 +20,17 @@ from toolsafe.tasks.escalation import (
 
 def test_webhook_posts_the_notice() -> None:
     server = Webhook()
+    handler = WebhookHandler(server.url, timeout=5)
+    notice = EscalationNotice.from_step(_step(), _events(), KEY)
     try:
-        WebhookHandler(server.url, timeout=5)(EscalationNotice.from_step(_step(), _events(), KEY))
+        handler(notice)
+        handler(notice)  # a notice sent again (its handler failed once): the same client
     finally:
+        handler.close()
         server.stop()
-    assert server.received[0]["operation_ref"] == "run_1/step_1"
+    assert [body["operation_ref"] for body in server.received] == ["run_1/step_1"] * 2
     # The dedup key travels in the body and as the Idempotency-Key.
-    assert server.received[0]["dedup_key"] == KEY and server.keys == [KEY]
+    assert server.received[0]["dedup_key"] == KEY and server.keys == [KEY, KEY]
 
 
 def test_handlers_from_settings_run_in_order_and_survive_failures(
