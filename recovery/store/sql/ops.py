@@ -8,7 +8,6 @@ row in the same transaction; zero rows updated is an answer the caller turns int
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,8 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from toolsafe.recovery.guards import EXECUTION
-from toolsafe.recovery.outcomes import Decision, Executed, LookedUp
-from toolsafe.recovery.policy import Policy, ToolTraits
+from toolsafe.recovery.outcomes import Decision
 from toolsafe.recovery.records import ClaimKind, EventRecord, Refused, StepRecord, step_record
 from toolsafe.recovery.rows import (
     claim_refused,
@@ -422,27 +420,22 @@ def record(
     *,
     claimed: StepRecord,
     owner: str,
-    outcome: Executed | LookedUp,
-    traits: ToolTraits,
-    policy: Policy,
+    planned: plan.Plan,
     now: datetime,
-    rng: random.Random,
 ) -> tuple[StepRecord, Decision] | None:
-    """Decide on the outcome and write it, if the claim still holds; the step as
-    written (built from the claimed row and the values set: the statement returns only
+    """Write the planned outcome (``plan.recorded``), if the claim still holds; the step
+    as written (built from the claimed row and the values set: the statement returns only
     what proves it matched).
 
     No SELECT first: the row as claimed is the row as it is, or the compare-and-set on
     its version (and lease owner) matches nothing and the lease was lost (R4, R5).
     """
-    current = claimed
-    planned = plan.recorded(current, outcome, traits=traits, policy=policy, now=now, rng=rng)
     values, decision = planned.values, planned.decision
     row = cas_update(
-        conn, current, values, now, lease_owner=owner, change=planned.change, slim=True
+        conn, claimed, values, now, lease_owner=owner, change=planned.change, slim=True
     )
     if row is None:
         return None
     # ``published_at`` is bookkeeping written without a version: the row's, not the claim's.
     written = {**values, "published_at": row.published_at}
-    return updated_record(current, written, now), decision
+    return updated_record(claimed, written, now), decision
