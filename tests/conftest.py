@@ -35,6 +35,11 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_HOST = os.environ.get("TOOLSAFE_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TOOLSAFE_TEST_REDIS_PORT", "6379"))
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# Tests that read /proc run wherever it exists, and always under CI (where a missing
+# /proc fails them instead of skipping them).
+needs_proc = pytest.mark.skipif(
+    not os.path.exists("/proc/self/stat") and not IN_CI, reason="reads /proc"
+)
 
 # The store fixtures (a migrated PostgreSQL database and SQLite file per backend) serve
 # tests/services and tests/processes alike.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import needs_proc
 from tests.support.machine import Machine
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import Process
@@ -30,7 +30,6 @@ from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
 
 # Without /proc these tests cannot run; in CI (Linux) that is a failure, never a skip.
-NO_PROC = not os.path.exists("/proc/self/stat") and not IN_CI
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -192,7 +191,7 @@ def _stopped(cluster: Cluster, ref: str, point: str) -> int:
     return pid
 
 
-@pytest.mark.skipif(NO_PROC, reason="reads /proc")
+@needs_proc
 def test_a_paused_process_resumed_after_recovery_has_its_late_result_refused(
     cluster: Cluster,
 ) -> None:
@@ -214,7 +213,7 @@ def test_a_paused_process_resumed_after_recovery_has_its_late_result_refused(
     assert cluster.effects(ref) == 1 and cluster.violations([ref]) == []
 
 
-@pytest.mark.skipif(NO_PROC, reason="reads /proc")
+@needs_proc
 def test_a_paused_process_never_sends_after_its_step_was_taken_over(cluster: Cluster) -> None:
     """Paused after its claim and before its call: verification finds nothing but does
     not send the write again before the call's time limit has passed; woken up, the

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import needs_proc
 from tests.support.machine import Machine
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.celeryconfig import ESCALATION_QUEUE, EXECUTE_QUEUE, SWEEP_QUEUE, VERIFY_QUEUE
@@ -26,13 +26,11 @@ from toolsafe.recovery.owners import LeaseOwner
 from toolsafe.recovery.states import StepState
 from toolsafe.tasks.faults import fired, write_plan
 
-NO_PROC = not os.path.exists("/proc/self/stat") and not IN_CI
-
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,
     pytest.mark.slow,
-    pytest.mark.skipif(NO_PROC, reason="reads /proc"),
+    needs_proc,
 ]
 
 S = StepState

@@ -20,7 +20,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import needs_proc
 from tests.support.gateway.harness import bearer, gateway_for, make_key
 from tests.support.pipeline.harness import Cluster, cluster_for, new_ref
 from toolsafe.harness import ReplicatedPostgres, replicated_postgres
@@ -29,13 +29,12 @@ from toolsafe.recovery.states import TERMINAL, StepState
 from toolsafe.tasks.faults import fired, write_plan
 
 # Without /proc this test cannot run; in CI (Linux) that is a failure, never a skip.
-NO_PROC = not os.path.exists("/proc/self/stat") and not IN_CI
 
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,
     pytest.mark.slow,
-    pytest.mark.skipif(NO_PROC, reason="reads /proc"),
+    needs_proc,
 ]
 
 S = StepState

@@ -10,15 +10,14 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, needs_proc
 from toolsafe.recovery import owners
 from toolsafe.recovery.owners import process_info, provably_gone, this_process
 
 # Without /proc these tests cannot run; in CI (Linux) that is a failure, never a skip.
-NO_PROC = not os.path.exists("/proc/self/stat") and not IN_CI
 
 
-linux = pytest.mark.skipif(NO_PROC, reason="needs /proc")
+linux = needs_proc
 
 
 def test_an_exited_process_is_gone() -> None:
