@@ -6,7 +6,9 @@ task's body is called directly), interleaves the three in small chunks so the ma
 changing load falls on all of them alike, and prints milliseconds per step, the time of
 each database round trip, and the functions that take the most time under cProfile.
 ``--store sqlite`` puts toolsafe's store on a SQLite file of its own (the hand-rolled body
-stays on PostgreSQL).
+stays on PostgreSQL). toolsafe's store is opened as a worker's pool process opens it
+(``reset_after_fork``: no ping before a checkout); the hand-rolled body keeps
+``make_engine``'s ping, as the throughput benchmark's baseline task does.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from toolsafe.tasks import pipeline
     from toolsafe.tasks.app import create_app
     from toolsafe.tasks.client import Client
+    from toolsafe.tasks.runtime import reset_after_fork
 
     with (
         BrokerDb(args.broker, held_by_caller=args.broker_held_by_caller) as broker,
@@ -220,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             store_url = f"sqlite:///{tmp}/toolsafe.db"
             migrate(store_url)
         client = Client(create_app(Settings.from_env(worker_env(broker.url, store_url))))
+        # The store as a pool process opens it after the fork (no ping before a checkout):
+        # the execute body's round trips are a worker's.
+        reset_after_fork()
         runtime = client.runtime
         hints = NoHints()
         engine = make_engine(database.url)
