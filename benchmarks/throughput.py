@@ -130,6 +130,24 @@ class Target:
         assert isinstance(count, int)
         return count
 
+    def stop(self, destination: list[str]) -> None:
+        """The worker stops consuming every queue of this mode (each cancel answered)."""
+        for queue in self.queues:
+            reply = self.app.control.cancel_consumer(
+                queue, destination=destination, reply=True, timeout=10
+            )
+            if not reply:
+                raise BenchError(f"the {self.mode} worker did not answer cancel_consumer")
+
+    def resume(self, destination: list[str]) -> None:
+        """The worker consumes again, the calls' queue first. Every queue was stopped: a
+        worker still blocked in BRPOP on other queues would take up a queue added back
+        only at its next BRPOP, up to kombu's ``brpop_timeout`` (1 s) later, while a
+        worker with no queue left starts one at once (the baseline's single queue)."""
+        first = [self.consume_queue]
+        for queue in first + [queue for queue in self.queues if queue not in first]:
+            self.app.control.add_consumer(queue, destination=destination, reply=False)
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
@@ -137,7 +155,7 @@ class Target:
             self.app.close()
 
 
-def _batch(
+def run_batch(
     target: Target,
     broker: BrokerDb,
     database: BenchDatabase,
@@ -202,31 +220,25 @@ def run_mode(
     try:
         with worker:
             ready = worker.wait_ready()
-            destination = [f"{worker.name}@{_hostname()}"]
+            destination = [f"{worker.name}@{node_host()}"]
             if args.warmup:
-                _batch(target, broker, database, args.warmup)
+                run_batch(target, broker, database, args.warmup)
             cpu_before = worker.cpu_seconds()
             db_before = database_cpu()
-            started, submitted, finished = _batch(target, broker, database, args.steps)
+            started, submitted, finished = run_batch(target, broker, database, args.steps)
             cpu_after = worker.cpu_seconds()
             db_after = database_cpu()
             # The drain: the worker stops consuming, the queue fills, the worker resumes.
-            reply = target.app.control.cancel_consumer(
-                target.consume_queue, destination=destination, reply=True, timeout=10
-            )
-            if not reply:
-                raise BenchError(f"the {mode} worker did not answer cancel_consumer")
+            target.stop(destination)
 
             wal: list[float] = []
 
             def resume() -> None:
                 if sqlite_file is None:
                     wal.append(wal_position(database))
-                target.app.control.add_consumer(
-                    target.consume_queue, destination=destination, reply=False
-                )
+                target.resume(destination)
 
-            drain_start, _, drain_end = _batch(
+            drain_start, _, drain_end = run_batch(
                 target, broker, database, args.steps, before_wait=resume
             )
             if wal:
@@ -254,7 +266,7 @@ def wal_position(database: BenchDatabase) -> float:
     return float(str(row[0])) if row else 0.0
 
 
-def _hostname() -> str:
+def node_host() -> str:
     import socket
 
     return socket.gethostname()

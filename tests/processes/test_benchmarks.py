@@ -141,6 +141,17 @@ def test_throughput_runs_toolsafe_on_sqlite(pg_url: str, redis_url: str) -> None
 
 
 @pytest.mark.slow
+def test_paired_drain_alternates_the_two_modes_chunk_by_chunk(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark(
+        "paired_drain", pg_url, redis_url, "--chunks", "2", "--chunk", "5", "--warmup", "1"
+    )
+    assert "chunk  1 (rows     first)" in out and "chunk  2 (toolsafe first)" in out
+    # Each chunk waited until the database held every call as done (rows and steps).
+    assert "drain toolsafe / hand-rolled: pooled " in out and "2 chunks); target >= 1.0x " in out
+    assert "steps/s drained" in out
+
+
+@pytest.mark.slow
 def test_recovery_latency_recovers_the_killed_step(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
         "recovery_latency", pg_url, redis_url,
