@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 import redis
@@ -213,6 +213,22 @@ def start_worker(
         beat_schedule=beat_schedule,
     )
     return harness.start_worker(options, env=env, directory=directory, cwd=ROOT)
+
+
+def wait_worker_ready(
+    worker: Process, app: Any, node: str, loglevel: str, timeout: float = 90.0
+) -> float:
+    """Seconds from the worker's start until it is ready: its " ready." line at DEBUG or
+    INFO, an answered control ping at a quieter level (which prints no such line)."""
+    if loglevel.upper() in {"DEBUG", "INFO"}:
+        return worker.wait_ready(timeout)
+    harness.wait_until(
+        lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
+        timeout,
+        f"{worker.name} to answer a ping",
+        interval=0.2,
+    )
+    return time.monotonic() - worker.started
 
 
 def start_beat(app: str, *, env: Mapping[str, str], directory: Path) -> Process:

@@ -32,6 +32,7 @@ from benchmarks.common import (
     load_average,
     run_main,
     start_worker,
+    wait_worker_ready,
     worker_env,
 )
 from benchmarks.throughput import LABELS, Target, node_host, run_batch
@@ -113,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 loglevel=args.loglevel,
             )
             worker = stack.enter_context(started)
-            worker.wait_ready()
-            paired[mode] = Paired(target, f"{worker.name}@{node_host()}")
+            node = f"{worker.name}@{node_host()}"
+            wait_worker_ready(worker, target.app, node, args.loglevel)
+            paired[mode] = Paired(target, node)
             if args.warmup:
                 run_batch(target, broker, database, args.warmup)
             paired[mode].stop()

@@ -38,6 +38,7 @@ from benchmarks.common import (
     load_average,
     run_main,
     start_worker,
+    wait_worker_ready,
     worker_env,
 )
 from benchmarks.noop_adapter import TOOL
@@ -219,8 +220,9 @@ def run_mode(
     )
     try:
         with worker:
-            ready = worker.wait_ready()
-            destination = [f"{worker.name}@{node_host()}"]
+            node = f"{worker.name}@{node_host()}"
+            ready = wait_worker_ready(worker, target.app, node, args.loglevel)
+            destination = [node]
             if args.warmup:
                 run_batch(target, broker, database, args.warmup)
             cpu_before = worker.cpu_seconds()
