@@ -117,11 +117,14 @@ class StepStore(StepSubmits, StepActions, ClaimShortcuts):
         return with_db_retry(attempt)
 
     def _write_hot(self, work: Callable[[Connection], T]) -> T:
-        """The worker's claim and record: on PostgreSQL each is ONE statement (the row's
-        compare-and-set and its event), so it runs in autocommit on an unpinged
-        connection (``_write_one_statement``): one round trip instead of four. A claim
-        refused runs its read and its ``noop`` event as two such statements; they were
-        never one snapshot under READ COMMITTED. SQLite keeps its transaction."""
+        """The worker's claims and records on PostgreSQL, each statement committed on its
+        own (autocommit) on an unpinged connection (``_write_one_statement``). An
+        execution claim and a record are ONE statement (the row's compare-and-set and
+        its event): one round trip instead of three (``BEGIN``, the statement,
+        ``COMMIT``; four where the pool pings). A verification claim reads the row, then
+        writes its compare-and-set; a refused claim reads the row, then appends its
+        ``noop`` event: under READ COMMITTED those were never one snapshot, and the
+        compare-and-set guards on the version read. SQLite keeps its transaction."""
         if self.engine.dialect.name == "postgresql":
             return self._write_one_statement(work)
         return self._write(work)
