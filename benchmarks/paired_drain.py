@@ -49,19 +49,17 @@ class Paired:
         self.seconds = 0.0
         self.calls = 0
 
-    def stop(self) -> None:
-        self.target.stop(self.destination)
-
-    def resume(self) -> None:
-        self.target.resume(self.destination)
-
     def drain(self, broker: BrokerDb, database: BenchDatabase, count: int) -> float:
         """Fill the stopped queue with ``count`` calls, let the worker loose, time it,
         stop it again: the chunk's seconds."""
         started, _, finished = run_batch(
-            self.target, broker, database, count, before_wait=self.resume
+            self.target,
+            broker,
+            database,
+            count,
+            before_wait=lambda: self.target.resume(self.destination),
         )
-        self.stop()
+        self.target.stop(self.destination)
         seconds = finished - started
         self.seconds += seconds
         self.calls += count
@@ -119,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             paired[mode] = Paired(target, node)
             if args.warmup:
                 run_batch(target, broker, database, args.warmup)
-            paired[mode].stop()
+            target.stop([node])
         ratios: list[float] = []
         for number in range(args.chunks):
             order = MODES if number % 2 == 0 else MODES[::-1]

@@ -29,8 +29,6 @@ from toolsafe.recovery.store import EventRecord
 from toolsafe.tasks.faults import fired, write_plan
 from toolsafe.tasks.runtime import utcnow
 
-# Without /proc these tests cannot run; in CI (Linux) that is a failure, never a skip.
-
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 S = StepState

@@ -14,11 +14,6 @@ from tests.conftest import IN_CI, needs_proc
 from toolsafe.recovery import owners
 from toolsafe.recovery.owners import process_info, provably_gone, this_process
 
-# Without /proc these tests cannot run; in CI (Linux) that is a failure, never a skip.
-
-
-linux = needs_proc
-
 
 def test_an_exited_process_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -30,7 +25,7 @@ def test_an_exited_process_is_gone() -> None:
     assert provably_gone(owner) is True
 
 
-@linux
+@needs_proc
 def test_a_zombie_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     info = process_info(child.pid)
@@ -44,7 +39,7 @@ def test_a_zombie_is_gone() -> None:
     child.wait()
 
 
-@linux
+@needs_proc
 def test_a_reused_pid_under_a_live_process_is_told_apart_by_its_start() -> None:
     """A real second process at the owner's pid: its start time differs from the owner's
     (a pid is only reused after the first process is gone), so the old owner is gone."""
