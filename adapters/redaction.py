@@ -9,10 +9,12 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from toolsafe.adapters.envelope import DETAIL_KEY_PATTERN, MAX_DETAIL_STRING, MAX_DETAILS, SafeValue
+from toolsafe.adapters.secret_patterns import SECRET_PATTERNS, SecretPattern
+
+__all__ = ["SECRET_PATTERNS", "SecretPattern"]  # their home is ``secret_patterns``
 
 MAX_SCAN: Final = 65_536
 """Longer text is cut before scanning: nothing that long is ever passed on anyway."""
@@ -50,104 +52,6 @@ def clean_text(text: str, limit: int = MAX_SCAN) -> str:
     return " ".join("".join(kept).split())[:limit]
 
 
-@dataclass(frozen=True)
-class SecretPattern:
-    kind: str
-    pattern: re.Pattern[str]
-
-
-def _p(kind: str, regex: str, flags: int = 0) -> SecretPattern:
-    return SecretPattern(kind, re.compile(regex, flags))
-
-
-# Curated, anchored patterns for credentials with a known shape. Order matters: the
-# larger structures (key blocks, URLs with credentials) are replaced before their parts.
-SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
-    _p(
-        "private_key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY"
-        r"(?: BLOCK)?-----|.*)",
-        re.DOTALL,
-    ),
-    # Only the userinfo goes: scheme, host and port stay readable ("cannot connect to
-    # redis://[REDACTED:url_credentials]@cache.internal:6379/0"). A password a library
-    # already masked (kombu's ``:**@``) is no secret and stays as it is.
-    _p(
-        "url_credentials",
-        r"(?<=[A-Za-z0-9+.\-]://)(?![^\s/@:]*:\*+@)[^\s/@:]*:[^\s/@]+(?=@[^\s'\"<>])",
-    ),
-    # The same without a scheme: Go's ``user:pass@tcp(10.0.0.5:3306)/orders``, libpq's
-    # ``user:pass@host:5432/db``, Oracle's ``scott/tiger@host:1521/ORCL``. A host with a
-    # port, a path or a protocol in parentheses tells it from an e-mail address.
-    _p(
-        "dsn_credentials",
-        r"(?<![\w.%+\-/:@\[])[A-Za-z_][\w.\-]{0,63}[:/][^\s@/:'\"<>()\[\]]{1,128}"
-        r"(?=@(?:(?:tcp|udp|unix)\(|\[?[A-Za-z0-9_.\-]+\]?(?::\d{1,5}\b|/\w)))",
-    ),
-    _p("bearer_token", r"(?i)\bbearer[\s:=]+['\"]?[A-Za-z0-9\-._~+/]{8,}=*"),
-    # SPNEGO/NTLM blobs and Digest answers, as WWW-Authenticate and Authorization carry
-    # them; a token named in prose ("the access token 9f8e7d6c5b4a3f2e1d0c expired").
-    _p("auth_scheme_token", r"(?i)\b(?:negotiate|ntlm|kerberos)\s+[A-Za-z0-9+/]{16,}={0,2}"),
-    _p("digest_auth", r"(?i)\b(?:response|cnonce|nonce|opaque)\s*=\s*\"?[A-Fa-f0-9]{16,}"),
-    _p(
-        "token_in_text",
-        r"(?i)\b(?:access|refresh|bearer|id|api|auth|session|oauth|csrf)[ _\-]?token\b"
-        r"(?:\s+(?:is|was|value|of))?\s*[=:]?\s*['\"]?(?=[A-Za-z0-9\-._~+/]*\d)"
-        r"[A-Za-z0-9\-._~+/]{12,}=*",
-    ),
-    _p("basic_auth", r"(?i)\bbasic\s+[A-Za-z0-9+/]{12,}={0,2}"),
-    _p("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
-    _p("aws_access_key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
-    _p(
-        "aws_secret_key",
-        r"(?i)aws.{0,24}?(?:secret|key).{0,24}?[=:]\s*['\"]?[A-Za-z0-9/+=]{40}",
-    ),
-    _p("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
-    _p("slack_token", r"\bxox[abposrce]-[A-Za-z0-9\-]{10,}"),
-    _p("slack_webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"),
-    _p("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}|\bwhsec_[A-Za-z0-9]{16,}"),
-    _p("google_api_key", r"\bAIza[0-9A-Za-z_\-]{30,}"),
-    _p("api_key_sk", r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}"),
-    _p(
-        "password_assignment",
-        r"(?i)(?:\b|_)(?:password|passwd|pwd|pass|secret|token|api[_\-]?key|apikey|"
-        r"access[_\-]?token|client[_\-]?secret|auth|session|sig|signature)"
-        r"['\"]?\s*[=:]\s*['\"]?[^\s&'\",;<>]{3,}",
-    ),
-    # camelCase names of Java, .NET and Tomcat settings as stack traces and configuration
-    # dumps print them: ``keyStorePassword=changeit``, ``keystorePass="changeit"``.
-    _p(
-        "password_field",
-        r"(?<=[a-z0-9])(?:Password|PASSWORD|Passwd|Passphrase|Pwd|Pass|Secret)"
-        r"['\"]?\s*[=:]\s*['\"]?[^\s&'\",;<>]{3,}",
-    ),
-    # XML elements (SOAP's ``<wsse:Password>``, ``<password>``, ``<ns:apiKey>``): the value.
-    _p(
-        "xml_password",
-        r"(?i)<(?:[\w\-]+:)?[\w\-]*(?:password|passwd|passphrase|secret|apikey|api_key"
-        r"|credential)s?\b[^>]{0,200}>[^<]{1,256}(?=</)",
-    ),
-    # A password named in prose, quoted or plainly of letters and digits, in the languages
-    # the instruction patterns cover: ``password 'hunter2'``, ``with password P4ssw0rd!``,
-    # ``Passwort: geheim123``.
-    _p(
-        "password_in_text",
-        r"(?i)\b(?:password|passwd|passphrase|passwort|kennwort|contrase\u00f1a|senha"
-        r"|mot de passe)\s*(?:is|was|ist|est|es|of|=|:)?\s*"
-        r"(?:['\"\u2018\u201c\u00ab][^'\"\u2019\u201d\u00bb\s]{3,64}['\"\u2019\u201d\u00bb]"
-        r"|(?=\S*\d)(?=\S*[A-Za-z])[^\s<>'\",;]{4,64})",
-    ),
-    _p(
-        "password_in_text",
-        r"(?:\u043f\u0430\u0440\u043e\u043b\u044c|\u5bc6\u7801|\u53e3\u4ee4"
-        r"|\u30d1\u30b9\u30ef\u30fc\u30c9"
-        r"|\u0643\u0644\u0645\u0629 \u0627\u0644\u0645\u0631\u0648\u0631)"
-        r"\s*[:=\uff1a]?\s*[^\s<>'\",;\u3001\u3002]{3,64}",
-    ),
-    _p("ssn", r"\b\d{3}-\d{2}-\d{4}\b"),
-)
-
-
 def _ascii_only(pattern: re.Pattern[str]) -> re.Pattern[str]:
     """``pattern`` with ASCII-only classes and case folding: the same answers on
     :func:`_plain_ascii` text, in about two thirds of the time. No pattern here holds a
@@ -166,6 +70,14 @@ def _plain_ascii(text: str) -> bool:
 
 
 _ASCII_SECRET_PATTERNS: Final = tuple(_ascii_only(secret.pattern) for secret in SECRET_PATTERNS)
+_PLAIN_SECRET_PATTERNS: Final = tuple(
+    (secret, pattern, frozenset(secret.needs))
+    for secret, pattern in zip(SECRET_PATTERNS, _ASCII_SECRET_PATTERNS, strict=True)
+)
+# Every need plain ASCII text can hold, each looked for once per text.
+_SECRET_NEEDS: Final = tuple(
+    dict.fromkeys(need for secret in SECRET_PATTERNS for need in secret.needs if need.isascii())
+)
 
 
 def _scoped(secret: SecretPattern) -> str:
@@ -178,11 +90,11 @@ def _scoped(secret: SecretPattern) -> str:
     return f"(?:{source})"
 
 
-# Whether any pattern matches at all, in one scan: most text holds no secret, and one
-# search costs less than a substitution per pattern. When it finds nothing, no pattern
-# would have changed the text.
+# Whether any pattern matches at all in text that is not plain ASCII, in one scan: most
+# text holds no secret, and one search costs less than a substitution per pattern. When
+# it finds nothing, no pattern would have changed the text. (Plain ASCII text has a
+# cheaper test: the patterns' needs.)
 _ANY_SECRET: Final = re.compile("|".join(_scoped(secret) for secret in SECRET_PATTERNS))
-_ANY_SECRET_ASCII: Final = _ascii_only(_ANY_SECRET)
 
 # A run of digits (single spaces or dashes between them) that stands on its own: not
 # after a letter, digit, "_", "." or "-" (an id, a decimal's fraction, a uuid's group),
@@ -274,20 +186,38 @@ def _iban_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _replace_secrets_in_plain_text(text: str) -> str:
+    """Every secret pattern applied in order to plain ASCII text, but those none of
+    whose ``needs`` the text holds: they cannot match (``secret_patterns``). Most text
+    holds no need at all, and a few substring tests cost less than one regex scan."""
+    present = _needs_in(text)
+    for secret, pattern, needs in _PLAIN_SECRET_PATTERNS:
+        if present.isdisjoint(needs):
+            continue
+        replaced = pattern.sub(f"[REDACTED:{secret.kind}]", text)
+        if replaced != text:
+            # A replacement is ASCII too: the text stays plain for the next pattern.
+            text = replaced
+            present = _needs_in(text)
+    return text
+
+
+def _needs_in(text: str) -> set[str]:
+    lowered = text.lower()
+    return {need for need in _SECRET_NEEDS if need in lowered}
+
+
 def redact(
     text: str, *, allowed_emails: Iterable[str] = (), allowed_domains: Iterable[str] = ()
 ) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<kind>]``; e-mail addresses in
     ``allowed_emails``, or on a domain of ``allowed_domains`` (or a subdomain), stay."""
     text = text[:MAX_SCAN]
-    plain = _plain_ascii(text)
-    if (_ANY_SECRET_ASCII if plain else _ANY_SECRET).search(text) is not None:
-        patterns = (
-            _ASCII_SECRET_PATTERNS if plain else tuple(secret.pattern for secret in SECRET_PATTERNS)
-        )
-        for secret, pattern in zip(SECRET_PATTERNS, patterns, strict=True):
-            # A replacement is ASCII too: the text stays plain ASCII for the next pattern.
-            text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
+    if _plain_ascii(text):
+        text = _replace_secrets_in_plain_text(text)
+    elif _ANY_SECRET.search(text) is not None:
+        for secret in SECRET_PATTERNS:
+            text = secret.pattern.sub(f"[REDACTED:{secret.kind}]", text)
     for start, end in reversed(_card_spans(text)):
         text = f"{text[:start]}[REDACTED:card_number]{text[end:]}"
     for start, end in reversed(_iban_spans(text)):
@@ -316,39 +246,70 @@ def find_secrets(
 # Phrases that address a model rather than report an error, in the languages agents'
 # downstreams answer in. A hit does not need to be certain: the text is dropped anyway,
 # the hit only decides that the code becomes UPSTREAM_ERROR.
-_INSTRUCTION_PATTERNS: Final = tuple(
-    re.compile(regex, re.IGNORECASE)
-    for regex in (
+# Each with its needs: lower-case texts one of which a text holds wherever the phrase is
+# found in its case-folded form (as ``secret_patterns``' needs; the tests check them).
+_INSTRUCTIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
+    (
         r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}\b(?:instruction|prompt|rule"
         r"|guideline|polic|previous|prior|above|earlier|system)",
-        r"\byou are (?:now|no longer)\b",
-        r"\b(?:new|updated|real|actual) instructions?\b",
-        r"\bsystem prompt\b",
-        r"\b(?:act|behave) as\b",
-        r"\bpretend (?:to be|you are)\b",
-        r"\bas an ai\b",
-        r"\bdo not (?:tell|inform|show|mention)\b.{0,20}\b(?:user|human|operator)",
+        ("ignore", "disregard", "forget", "override", "bypass"),
+    ),
+    (r"\byou are (?:now|no longer)\b", ("you are n",)),
+    (r"\b(?:new|updated|real|actual) instructions?\b", ("instruction",)),
+    (r"\bsystem prompt\b", ("system prompt",)),
+    (r"\b(?:act|behave) as\b", ("act as", "behave as")),
+    (r"\bpretend (?:to be|you are)\b", ("pretend ",)),
+    (r"\bas an ai\b", ("as an ai",)),
+    (r"\bdo not (?:tell|inform|show|mention)\b.{0,20}\b(?:user|human|operator)", ("do not ",)),
+    (
         r"\b(?:call|invoke|use|run) (?:the )?[a-z_]+ (?:tool|function)\b",
-        r"\b(?:jailbreak|developer mode|dan mode)\b",
-        r"(?:^|\s)(?:system|assistant|user|human)\s*:",
+        ("call ", "invoke ", "use ", "run "),
+    ),
+    (r"\b(?:jailbreak|developer mode|dan mode)\b", ("jailbreak", "developer mode", "dan mode")),
+    (r"(?:^|\s)(?:system|assistant|user|human)\s*:", ("system", "assistant", "user", "human")),
+    (
         r"<\|?(?:im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>",
-        r"#{2,}\s*(?:instruction|system)",
-        # Chinese
+        ("im_start", "im_end", "system", "endoftext", "inst]", "sys>>"),
+    ),
+    (r"#{2,}\s*(?:instruction|system)", ("instruction", "system")),
+    # Chinese
+    (
         r"(?:忽略|无视|忽视|不要理会|忘记|跳过).{0,12}(?:指令|指示|说明|提示|规则|要求|设定)",
+        ("忽略", "无视", "忽视", "不要理会", "忘记", "跳过"),
+    ),
+    (
         r"你现在是|从现在开始你|系统提示|不要告诉用户|新的指令|扮演|请立即(?:执行|调用|转账)",
-        # Spanish
-        r"\bignor[ae]r?\b.{0,30}\binstrucci[oó]n",
+        ("你现在是", "从现在开始你", "系统提示", "不要告诉用户", "新的指令", "扮演", "请立即"),
+    ),
+    # Spanish
+    (r"\bignor[ae]r?\b.{0,30}\binstrucci[oó]n", ("ignor",)),
+    (
         r"\b(?:olvida|omite)\b.{0,30}\binstrucci[oó]n|\bahora eres\b",
-        # German
+        ("olvida", "omite", "ahora eres"),
+    ),
+    # German
+    (
         r"\b(?:ignoriere|vergiss|missachte)\b.{0,40}\b(?:anweisung|instruktion|regel)",
-        r"\bdu bist (?:jetzt|nun)\b",
-        # French
-        r"\bignor(?:e|ez|er)\b.{0,30}\b(?:instruction|consigne)",
-        r"\b(?:tu es|vous êtes) maintenant\b",
-        # Russian, Japanese
+        ("ignoriere", "vergiss", "missachte"),
+    ),
+    (r"\bdu bist (?:jetzt|nun)\b", ("du bist ",)),
+    # French
+    (r"\bignor(?:e|ez|er)\b.{0,30}\b(?:instruction|consigne)", ("ignor",)),
+    (r"\b(?:tu es|vous êtes) maintenant\b", ("maintenant",)),
+    # Russian, Japanese
+    (
         r"(?:игнорируй|забудь|проигнорируй).{0,30}(?:инструкц|указани|правил)",
+        ("игнорируй", "забудь", "проигнорируй"),
+    ),
+    (
         r"(?:指示|命令|ルール).{0,10}(?:無視|忘れ)|(?:無視|忘れ).{0,10}(?:指示|命令)",
-    )
+        ("無視", "忘れ"),
+    ),
+)
+_INSTRUCTION_PATTERNS: Final = tuple(re.compile(regex, re.IGNORECASE) for regex, _ in _INSTRUCTIONS)
+# The needs plain ASCII text can hold (the phrases of other scripts never occur in it).
+_INSTRUCTION_NEEDS: Final = tuple(
+    dict.fromkeys(need for _, needs in _INSTRUCTIONS for need in needs if need.isascii())
 )
 
 
@@ -364,8 +325,12 @@ _ANY_INSTRUCTION_ASCII: Final = _ascii_only(_ANY_INSTRUCTION)
 def looks_like_instructions(text: str) -> bool:
     """Whether ``text`` reads like an attempt to instruct a model."""
     flat = clean_text(text).casefold()
-    found = _ANY_INSTRUCTION_ASCII if _plain_ascii(flat) else _ANY_INSTRUCTION
-    return found.search(flat) is not None
+    if not _plain_ascii(flat):
+        return _ANY_INSTRUCTION.search(flat) is not None
+    # Plain text holding none of the phrases' needs holds none of the phrases.
+    if not any(need in flat for need in _INSTRUCTION_NEEDS):
+        return False
+    return _ANY_INSTRUCTION_ASCII.search(flat) is not None
 
 
 def safe_text(text: str, limit: int = MAX_DETAIL_STRING) -> str:

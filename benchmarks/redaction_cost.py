@@ -6,10 +6,12 @@ through, on message sizes toolsafe actually meets (docs/redaction.md quotes the 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +35,12 @@ TRACE = (
     '    customer = Customer(name="Alice", email="alice@example.com", card="4242424242424242")\n'
     "ValueError: card declined\n"
 ) * 8
+# What a worker logs for every step: Celery's line and toolsafe's, each with an id or a
+# ref of its own, so that no cache of scrubbed fields answers for them.
+CELERY_LINE = (
+    "Task toolsafe.execute[{}] succeeded in 0.0034s: "
+    "{{'state': 'succeeded', 'operation_ref': 'bench-abc/{}'}}"
+)
 BODY_64K = ("<html><body>" + "Lorem ipsum dolor sit amet, consectetur. " * 1600)[:65_536]
 
 
@@ -72,12 +80,29 @@ def main() -> None:
         record = logging.LogRecord("b", logging.INFO, __file__, 1, "%s", (LOG_LINE,), None)
         log_filter.filter(record)
 
+    steps = itertools.count()
+
+    def step_record() -> None:
+        ref = f"bench-abc/{next(steps)}"
+        record = logging.LogRecord(
+            "toolsafe.pipeline", logging.INFO, __file__, 1, "%s %s %s",
+            ("execute_claimed", ref, "tool=bench_write attempt=1"), None,
+        )  # fmt: skip
+        record.event, record.operation_ref, record.tool = "execute_claimed", ref, "bench_write"
+        log_filter.filter(record)
+
+    def celery_line() -> str:
+        n = next(steps)
+        return redact(CELERY_LINE.format(uuid.UUID(int=n), n))
+
     cases: list[tuple[str, Callable[[], object]]] = [
         ("clean_text, 80 chars", lambda: clean_text(SHORT)),
         ("redact, 80 chars", lambda: redact(SHORT)),
         ("looks_like_instructions, 80 chars", lambda: looks_like_instructions(SHORT)),
         ("safe_text, 80 chars", lambda: safe_text(SHORT)),
         ("log filter, one record with a secret", filtered),
+        ("log filter, a step's record (a ref of its own)", step_record),
+        ("redact, Celery's line for a step", celery_line),
         ("safe_text, 1.6 KB stack trace", lambda: safe_text(TRACE)),
         ("safe_text, 64 KiB HTML body", lambda: safe_text(BODY_64K)),
         (
