@@ -310,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show("GatewayClient over HTTP (toolsafe serve)", http))
             extra = (statistics.median(http) - statistics.median(local)) * 1000
             print(f"  gateway adds {extra:+.2f} ms per call at p50 (target <= 2 ms)")
+            verdicts = [("the gateway adds to a submit-and-wait at p50 <= 2 ms", extra <= 2.0)]
             print("\nthe view of a finished step (no worker involved)")
             print(show("in-process Client.view", view_local))
             print(show("GatewayClient.view over HTTP", view_http))
@@ -320,6 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"process {local_cpu * 1000:.2f} ms; the gateway's own "
                 f"{(served_cpu - local_cpu) * 1000:+.2f} ms (target <= 1 ms)"
             )
+            verdicts += [
+                ("the gateway's own CPU per view <= 1 ms", (served_cpu - local_cpu) * 1000 <= 1.0),
+                ("the gateway adds to a view's wall time at p50 <= 1 ms", own <= 1.0),
+            ]
 
             found = notification_latency(client, changer, args.samples, random.Random(args.seed))
             print("\ncommit to waiter, the change at a random moment 50-600 ms into the wait")
@@ -328,6 +333,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show("Client.wait returns (the old polling loop)", found["poll"]))
             ratio = statistics.median(found["poll"]) / statistics.median(found["push"])
             print(f"  push vs polling at p50: {ratio:.0f}x sooner (target p50 <= 5, p99 <= 50 ms)")
+            push = found["push"]
+            verdicts.append(
+                (
+                    "Client.wait returns after a commit: p50 <= 5 ms, p99 <= 50 ms",
+                    percentile(push, 0.5) <= 0.005 and percentile(push, 0.99) <= 0.050,
+                )
+            )
+            print()
+            for name, met in verdicts:
+                print(f"{name}: {'met' if met else 'NOT met'}")
         finally:
             client.close()
             changer.close()
