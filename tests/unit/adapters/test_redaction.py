@@ -274,8 +274,12 @@ _PATTERNS_AND_NEEDS = [
     [(pattern, needs) for _, pattern, needs in _PATTERNS_AND_NEEDS],
     ids=[name for name, _, _ in _PATTERNS_AND_NEEDS],
 )
+# No deadline: drawing from a pattern with lookarounds filters, and a busy machine may
+# take longer than Hypothesis' default 200 ms for one example.
 @settings(
-    max_examples=60, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
 @given(data=st.data())
 def test_every_match_holds_one_of_the_patterns_needs(
@@ -304,7 +308,7 @@ def test_needs_are_lower_case_and_never_empty() -> None:
 # Texts made of the needs, the patterns' pieces, secrets and ordinary log words: the
 # shortcut and the full scans meet them near every boundary a need can have.
 _PIECES = [
-    *{need for _, _, needs in _PATTERNS_AND_NEEDS for need in needs if need.isascii()},
+    *sorted({need for _, _, needs in _PATTERNS_AND_NEEDS for need in needs if need.isascii()}),
     *(sample.text for sample in SECRETS if sample.text.isascii()),
     "=", ":", " ", "  ", "'", '"', "@", "/", "-", "_", "[", "]", "<", ">", "://",
     "hunter22", "abcdefghijklmnop123", "4111 1111 1111 1111", "123-45-6789",
@@ -313,7 +317,7 @@ _PIECES = [
 ]  # fmt: skip
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join))
 def test_the_needs_shortcut_agrees_with_the_full_scans(text: str) -> None:
     assert redact(text) == _redact_by_the_book(text)
