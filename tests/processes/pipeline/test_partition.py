@@ -134,8 +134,12 @@ def _verified_then_healed(
     events_while_cut = len(store.events(ref))
     partition.heal()
     cluster.wait_for(lambda: f"lease_lost {ref}" in worker.text(), what="the late call refused")
-    # Nothing written for the step since the heal: the late call's writes are fenced.
-    assert len(store.events(ref)) == events_while_cut, store.events(ref)[events_while_cut:]
+    # Nothing written for the step since the heal: the late call's writes are fenced. A
+    # hint that arrives twice (R1), such as a verification's re-sent by the sweeper, may
+    # still reach the terminal step and be refused, with a ``noop`` event and no change.
+    late = store.events(ref)[events_while_cut:]
+    assert all(event.kind == "noop" and event.to_state is truth for event in late), late
+    assert store.get(ref).state is truth
     executed = [e for e in store.events(ref) if e.kind == "executed"]
     assert executed == [], [(e.kind, e.to_state) for e in store.events(ref)]
 
