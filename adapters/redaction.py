@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from toolsafe.adapters.envelope import DETAIL_KEY_PATTERN, MAX_DETAIL_STRING, MAX_DETAILS, SafeValue
-from toolsafe.adapters.secret_patterns import SECRET_PATTERNS, SecretPattern
 
-__all__ = ["SECRET_PATTERNS", "SecretPattern"]  # their home is ``secret_patterns``
+# Their home is ``secret_patterns``; imported from here as before.
+from toolsafe.adapters.secret_patterns import SECRET_PATTERNS as SECRET_PATTERNS
+from toolsafe.adapters.secret_patterns import SecretPattern as SecretPattern
 
 MAX_SCAN: Final = 65_536
 """Longer text is cut before scanning: nothing that long is ever passed on anyway."""
