@@ -43,7 +43,7 @@ from benchmarks.common import (
 )
 from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import EXECUTE_QUEUE, QUEUES
-from toolsafe.harness import Process, wait_until
+from toolsafe.harness import Process, cpu_seconds, wait_until
 from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client
@@ -66,6 +66,9 @@ class Run:
     worker_cpu: float
     database_cpu: float
     ready_seconds: float
+    # Of ``worker_cpu``, the worker's main process (Celery's consumer: fetching, acks,
+    # task events); the rest is its pool processes'.
+    worker_main_cpu: float = 0.0
     drain_wal_bytes: float = 0.0  # PostgreSQL WAL written during the drain (0 on SQLite)
 
     @property
@@ -225,10 +228,10 @@ def run_mode(
             destination = [node]
             if args.warmup:
                 run_batch(target, broker, database, args.warmup)
-            cpu_before = worker.cpu_seconds()
+            cpu_before, main_before = worker.cpu_seconds(), cpu_seconds(worker.pid)
             db_before = database_cpu()
             started, submitted, finished = run_batch(target, broker, database, args.steps)
-            cpu_after = worker.cpu_seconds()
+            cpu_after, main_after = worker.cpu_seconds(), cpu_seconds(worker.pid)
             db_after = database_cpu()
             # The drain: the worker stops consuming, the queue fills, the worker resumes.
             target.stop(destination)
@@ -254,6 +257,7 @@ def run_mode(
         submit_seconds=submitted - started,
         drain_seconds=drain_end - drain_start,
         worker_cpu=cpu_after - cpu_before,
+        worker_main_cpu=main_after - main_before,
         database_cpu=db_after - db_before,
         ready_seconds=ready,
         drain_wal_bytes=wal[-1] - wal[0] if len(wal) == 2 else 0.0,
@@ -300,6 +304,11 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
             f"{LABELS[mode]:38} {e2e:7.1f} {1000 / e2e:7.2f} {drain:7.1f} {1000 / drain:7.2f} "
             f"{cpu:6.2f} {db_cpu:6.2f} {submit:9.3f} {wal:10.0f}"
         )
+    print("\nworker CPU per step (ms, medians): the main process, then the pool processes")
+    for mode, runs in results.items():
+        main = _median(runs, _per_step("worker_main_cpu"))
+        pool = _median(runs, lambda r: (r.worker_cpu - r.worker_main_cpu) / r.steps * 1000)
+        print(f"  {LABELS[mode]:38} main {main:5.2f}   pool {pool:5.2f}")
     if len(args.repeat_values) > 1:
         print("\nall runs (e2e/s, drain/s):")
         for mode, runs in results.items():

@@ -130,6 +130,9 @@ def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str
     assert "vs plain Celery, INSERT / call / UPDATE:\n    e2e" in out
     assert "db CPU" in out
     assert "worker drain" in out and "(target >= 1.0x)" in out
+    # The worker's CPU split between its main process and its pool (which ran every step).
+    split = re.search(r"bench_write adapter +main +([\d.]+) +pool +([\d.]+)$", out, re.MULTILINE)
+    assert split is not None and float(split.group(2)) > 0, out
 
 
 @pytest.mark.slow
