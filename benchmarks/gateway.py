@@ -44,9 +44,8 @@ from benchmarks.common import (
 )
 from benchmarks.noop_adapter import TOOL
 from toolsafe.celeryconfig import QUEUES
-from toolsafe.gateway.cli import free_port
 from toolsafe.gateway.client import GatewayClient
-from toolsafe.harness import Process, spawn
+from toolsafe.harness import Process, free_port, spawn
 from toolsafe.recovery.states import NEEDS_AGENT, StepState
 from toolsafe.recovery.store.sql import StepStore
 from toolsafe.recovery.store.sql.feed import ChangeFeed

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -175,10 +174,3 @@ def keys_revoke(args: argparse.Namespace) -> int:
     key = _keys().revoke(args.name, now=_now())
     sys.stdout.write(f"key {key.name} revoked\n")
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

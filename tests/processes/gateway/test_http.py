@@ -354,7 +354,7 @@ def test_a_crash_between_commit_and_answer_loses_nothing(setup: Setup) -> None:
 def test_database_or_broker_down_is_503_and_the_server_stays_up(
     setup: Setup, tmp_path: Path
 ) -> None:
-    from toolsafe.gateway.cli import free_port
+    from toolsafe.harness import free_port
 
     dead = free_port()
     # A database nobody listens on: every call is 503 with Retry-After, the server lives.

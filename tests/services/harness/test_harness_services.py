@@ -21,6 +21,13 @@ def test_free_port_can_be_bound() -> None:
         assert server.getsockname()[1] == port
 
 
+def test_free_port_lies_below_the_ephemeral_range() -> None:
+    # Where no outgoing connection can take it between the choice and the bind.
+    from toolsafe.harness.ports import draw_range, ephemeral_low
+
+    assert all(free_port() in draw_range(ephemeral_low()) for _ in range(20))
+
+
 @pytest.mark.redis
 def test_flush_broker_deletes_every_key_but_the_kept_ones(redis_url: str) -> None:
     import redis

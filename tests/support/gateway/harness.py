@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from toolsafe.gateway.cli import free_port
-from toolsafe.harness import Process
+from toolsafe.harness import Process, free_port
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.store.sql.keys import KeyStore
 from toolsafe.tasks.runtime import utcnow
