@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chaos_kills import assert_planned_kills_fired
 from toolsafe.chaos.plan import Timing, scenarios
 from toolsafe.cli.main import main
 
@@ -49,7 +50,7 @@ def test_two_failovers_and_a_partition_keep_the_invariant(
     assert report["faults"]["worker partition"] == 1, printed
     assert "target_session_attrs=read-write" in printed  # the run used the multi-host URL
     assert report["unplanned_worker_exits"] == 0, printed
-    assert report["kills_fired"] == report["kills_planned"], printed
+    assert_planned_kills_fired(report, printed, concurrency=2)
     # Each step ends as its scenario says, however the failovers struck it.
     assert report["scenarios"] == {s.name: {s.expected.value: 15} for s in scenarios(Timing())}, (
         printed
