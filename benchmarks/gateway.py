@@ -315,13 +315,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show("GatewayClient.view over HTTP", view_http))
             own = (statistics.median(view_http) - statistics.median(view_local)) * 1000
             print(f"  one HTTP request adds {own:+.2f} ms at p50")
+            own_cpu = (served_cpu - local_cpu) * 1000
             print(
                 f"  CPU per view: the gateway process {served_cpu * 1000:.2f} ms, the view in "
                 f"process {local_cpu * 1000:.2f} ms; the gateway's own "
-                f"{(served_cpu - local_cpu) * 1000:+.2f} ms (target <= 1 ms)"
+                f"{own_cpu:+.2f} ms (target <= 1 ms)"
             )
             verdicts += [
-                ("the gateway's own CPU per view <= 1 ms", (served_cpu - local_cpu) * 1000 <= 1.0),
+                ("the gateway's own CPU per view <= 1 ms", own_cpu <= 1.0),
                 ("the gateway adds to a view's wall time at p50 <= 1 ms", own <= 1.0),
             ]
 

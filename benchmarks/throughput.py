@@ -148,8 +148,8 @@ class Target:
         worker still blocked in BRPOP on other queues would take up a queue added back
         only at its next BRPOP, up to kombu's ``brpop_timeout`` (1 s) later, while a
         worker with no queue left starts one at once (the baseline's single queue)."""
-        first = [self.consume_queue]
-        for queue in first + [queue for queue in self.queues if queue not in first]:
+        others = (queue for queue in self.queues if queue != self.consume_queue)
+        for queue in (self.consume_queue, *others):
             self.app.control.add_consumer(queue, destination=destination, reply=False)
 
     def close(self) -> None:
