@@ -128,9 +128,10 @@ bench: venv-dev
 
 # The hot-path issue's targets, each printed as met / not met (docs/benchmarks.md).
 bench-hotpath: venv-dev
-	$(BIN)/python -m benchmarks.throughput --steps 1500 --repeat 3 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.throughput --steps 1500 --repeat 3 --modes noop,rows,toolsafe,relay $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.paired_drain $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.submit_cost --calls 3000 $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.relay_latency $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.eta_memory $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.eta_lateness --rounds 3 $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.throughput --steps 1000 --modes rows,toolsafe --store sqlite $(BENCH_ARGS)

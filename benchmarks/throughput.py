@@ -9,6 +9,10 @@ the worker runs) and as a drain (the queue filled first, then the worker let loo
 ``--store sqlite`` runs toolsafe on a SQLite file of its own (the embedded store, a fresh
 file per run, migrated first) instead of PostgreSQL; the plain-Celery modes stay on
 PostgreSQL, and toolsafe's database CPU is then inside the worker's (shown as 0).
+
+``--modes noop,rows,toolsafe,relay`` adds toolsafe with ``TOOLSAFE_SUBMIT_HINTS=relay``
+(the submit is its commit; the worker's hint relay publishes the hint) and prints its
+ratios beside the default's.
 """
 
 from __future__ import annotations
@@ -48,11 +52,14 @@ from toolsafe.settings import Settings
 from toolsafe.tasks.app import create_app
 from toolsafe.tasks.client import Client
 
-MODES: Final = ("noop", "rows", "toolsafe")
+MODES: Final = ("noop", "rows", "toolsafe", "relay")
+DEFAULT_MODES: Final = ("noop", "rows", "toolsafe")
+TOOLSAFE_MODES: Final = ("toolsafe", "relay")
 LABELS: Final = {
     "noop": "plain Celery, no-op task",
     "rows": "plain Celery, INSERT / call / UPDATE",
     "toolsafe": "toolsafe, bench_write adapter",
+    "relay": "toolsafe, the hint relay",
 }
 
 
@@ -92,7 +99,7 @@ class Target:
         settings = Settings.from_env(env)
         self.client: Client | None = None
         self.app: Celery
-        if mode == "toolsafe":
+        if mode in TOOLSAFE_MODES:
             self.app_name, self.queues = "toolsafe", list(QUEUES)
             self.consume_queue = EXECUTE_QUEUE
             self.client = Client(create_app(settings))
@@ -114,7 +121,9 @@ class Target:
         """How many calls of this batch finished, by the database (None: nothing to read)."""
         if self.mode == "noop":
             return None
-        table, done = ("steps", "succeeded") if self.mode == "toolsafe" else ("bench_calls", "done")
+        table, done = (
+            ("steps", "succeeded") if self.mode in TOOLSAFE_MODES else ("bench_calls", "done")
+        )
         if self.sqlite_file is not None:
             with sqlite3.connect(self.sqlite_file, timeout=30) as lite:
                 row = lite.execute(
@@ -199,13 +208,15 @@ def run_mode(
     broker.clear()
     sqlite_file: Path | None = None
     store_url = database.url
-    if mode == "toolsafe" and args.store == "sqlite":
+    if mode in TOOLSAFE_MODES and args.store == "sqlite":
         from toolsafe.recovery.db import migrate
 
         sqlite_file = tmp / f"toolsafe-{uuid.uuid4().hex[:8]}.db"
         store_url = f"sqlite:///{sqlite_file}"
         migrate(store_url)
-    env = worker_env(broker.url, store_url)
+    env = worker_env(
+        broker.url, store_url, {"TOOLSAFE_SUBMIT_HINTS": "relay"} if mode == "relay" else None
+    )
     target = Target(mode, env, args.call_ms, sqlite_file)
 
     def database_cpu() -> float:
@@ -314,24 +325,28 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
         for mode, runs in results.items():
             shown = ", ".join(f"{r.e2e_rate:.0f}/{r.drain_rate:.0f}" for r in runs)
             print(f"  {mode:9} {shown}")
-    if "toolsafe" not in results:
-        return
-    tool = results["toolsafe"]
-    print("\nratios (toolsafe / baseline; 1.00 = as fast) and per-step overhead:")
-    for mode in ("noop", "rows"):
-        if mode not in results:
+    for ours in TOOLSAFE_MODES:
+        if ours not in results:
             continue
-        base = results[mode]
-        print(f"  vs {LABELS[mode]}:")
-        for phase, value in (("e2e", lambda r: r.e2e_rate), ("drain", lambda r: r.drain_rate)):
-            ours, theirs = _median(tool, value), _median(base, value)
-            extra = 1000 / ours - 1000 / theirs
-            print(f"    {phase:10} {ours / theirs:5.2f}x  {extra:+6.2f} ms/step wall")
-        for name, attribute in (("worker CPU", "worker_cpu"), ("db CPU", "database_cpu")):
-            extra = _median(tool, _per_step(attribute)) - _median(base, _per_step(attribute))
-            print(f"    {name:10} {extra:+6.2f} ms/step")
-    if "rows" in results:
-        print_targets(tool, results["rows"])
+        tool = results[ours]
+        print(f"\nratios ({LABELS[ours]} / baseline; 1.00 = as fast) and per-step overhead:")
+        for mode in ("noop", "rows"):
+            if mode not in results:
+                continue
+            base = results[mode]
+            print(f"  vs {LABELS[mode]}:")
+            for phase, value in (
+                ("e2e", lambda r: r.e2e_rate),
+                ("drain", lambda r: r.drain_rate),
+            ):
+                mine, theirs = _median(tool, value), _median(base, value)
+                extra = 1000 / mine - 1000 / theirs
+                print(f"    {phase:10} {mine / theirs:5.2f}x  {extra:+6.2f} ms/step wall")
+            for name, attribute in (("worker CPU", "worker_cpu"), ("db CPU", "database_cpu")):
+                extra = _median(tool, _per_step(attribute)) - _median(base, _per_step(attribute))
+                print(f"    {name:10} {extra:+6.2f} ms/step")
+        if "rows" in results:
+            print_targets(tool, results["rows"], LABELS[ours])
     print(f"\nload average at the end: {load_average()}")
 
 
@@ -342,14 +357,14 @@ E2E_TARGET: Final = 0.9
 SUBMIT_TARGET: Final = 1.5
 
 
-def print_targets(tool: list[Run], rows: list[Run]) -> None:
+def print_targets(tool: list[Run], rows: list[Run], label: str = LABELS["toolsafe"]) -> None:
     def ratio(value: Callable[[Run], float]) -> float:
         return _median(tool, value) / _median(rows, value)
 
     drain = ratio(lambda r: r.drain_rate)
     e2e = ratio(lambda r: r.e2e_rate)
     submit = ratio(_per_step("submit_seconds"))
-    print("\ntargets (toolsafe / the hand-rolled task, medians of this run):")
+    print(f"\ntargets ({label} / the hand-rolled task, medians of this run):")
     for name, value, target, met in (
         ("worker drain", drain, f">= {DRAIN_TARGET}x", drain >= DRAIN_TARGET),
         ("end to end", e2e, f">= {E2E_TARGET}x", e2e >= E2E_TARGET),
@@ -376,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="toolsafe's store (the plain-Celery modes always use PostgreSQL)",
     )
     parser.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"comma-separated, of {', '.join(MODES)}",
     )
     parser.add_argument(
         "--drop-index",

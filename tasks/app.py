@@ -48,6 +48,7 @@ from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.liveness import Heartbeat
 from toolsafe.tasks.logs import JsonFormatter
+from toolsafe.tasks.relay import HintRelay
 from toolsafe.tasks.release import ReleaseTimer
 from toolsafe.tasks.runtime import Runtime, reset_after_fork
 from toolsafe.tasks.worker_lost import ChildWatcher, LeaseAwareRequest, pool_nudge
@@ -229,6 +230,7 @@ class ToolsafeApp(Celery):  # type: ignore[misc]
         self._handlers: list[tuple[str, Handler]] | None = None
         self.release_timer: ReleaseTimer | None = None  # in beat's process only
         self.heartbeat: Heartbeat | None = None  # in a worker's main process only
+        self.relay: HintRelay | None = None  # there too, with TOOLSAFE_SUBMIT_HINTS=relay
 
     @property
     def settings(self) -> Settings:
@@ -337,6 +339,20 @@ def create_app(settings: Settings | None = None, main: str = "toolsafe") -> Tool
 
     worker_ready.connect(beat_heartbeat, weak=False, dispatch_uid=f"toolsafe-alive-{id(app)}")
     worker_shutdown.connect(end_heartbeat, weak=False, dispatch_uid=f"toolsafe-gone-{id(app)}")
+
+    def start_relay(sender: Any = None, **_: Any) -> None:
+        # Submits store their steps unsent: the workers publish the hints (tasks/relay.py).
+        if getattr(sender, "app", None) is app and app.settings.store.relays_hints:
+            app.relay = HintRelay(app.runtime, app.publisher)
+            app.relay.start()
+
+    def stop_relay(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app and app.relay is not None:
+            app.relay.stop()
+            app.relay = None
+
+    worker_ready.connect(start_relay, weak=False, dispatch_uid=f"toolsafe-relay-{id(app)}")
+    worker_shutdown.connect(stop_relay, weak=False, dispatch_uid=f"toolsafe-relay-end-{id(app)}")
 
     def quiet_beat(sender: Any = None, **_: Any) -> None:
         # Beat publishes sweeps and released delays: no task-sent event for them (Flower

@@ -35,6 +35,7 @@ FaultPoint = Literal[
     "before_publish",
     "after_publish",
     "after_submit_commit",
+    "after_relay_take",
 ]
 # The points every claim passes, execution and verification alike (the chaos run
 # rotates its kills over these).
@@ -52,7 +53,15 @@ EXECUTION_POINTS: Final[tuple[FaultPoint, ...]] = ("before_call",)
 
 SUBMIT_POINTS: Final[tuple[FaultPoint, ...]] = ("after_submit_commit",)
 """In the submitting process (the gateway): the step is committed, nothing answered yet."""
-ALL_POINTS: Final[tuple[FaultPoint, ...]] = (*POINTS, *EXECUTION_POINTS, *SUBMIT_POINTS)
+RELAY_POINTS: Final[tuple[FaultPoint, ...]] = ("after_relay_take",)
+"""In a worker's main process (the hint relay): the step is marked published, its hint
+not out yet."""
+ALL_POINTS: Final[tuple[FaultPoint, ...]] = (
+    *POINTS,
+    *EXECUTION_POINTS,
+    *SUBMIT_POINTS,
+    *RELAY_POINTS,
+)
 # "stop" sends the process SIGSTOP: it stays paused until someone sends it SIGCONT.
 ACTIONS: Final = ("kill", "raise", "pause", "stop")
 WILDCARD: Final = "*"

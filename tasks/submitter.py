@@ -65,6 +65,9 @@ class Submitter:
     def __init__(self, runtime: Runtime, hints: Hints) -> None:
         self.runtime = runtime
         self.hints = hints
+        # TOOLSAFE_SUBMIT_HINTS=relay: a submit is its commit; the workers' relay
+        # publishes the hint of every step stored unsent (tasks/relay.py).
+        self.relayed = runtime.settings.store.relays_hints
         window = runtime.settings.store.submit_window
         self._group = SubmitGroup(window, self._commit_group) if window > 0 else None
         # The trace context of each call waiting in the group (by id of its NewStep).
@@ -101,7 +104,9 @@ class Submitter:
         it): ``submit_many``'s one commit, then the new steps' hints in one batch."""
         runtime = self.runtime
         now = self.runtime.now()
-        submitted = runtime.store.submit_many(calls, now=now, published_at=now, actor=actor)
+        submitted = runtime.store.submit_many(
+            calls, now=now, published_at=self._stamp(now), actor=actor
+        )
         for one in submitted:
             runtime.faults.hit("after_submit_commit", one.step.operation_ref)
         created = [(call, one) for call, one in zip(calls, submitted, strict=True) if one.created]
@@ -118,15 +123,16 @@ class Submitter:
         tool, operation_ref = call.tool, call.operation_ref
         now = self.runtime.now()
         # One transaction (R2): the step, its ``submitted`` event, and the stamp of the
-        # hint published right after. Should that publish be lost, the sweeper
-        # re-publishes once ``republish_after`` has passed since the stamp (R7).
+        # hint published right after (none with the relay, which publishes it). Should
+        # that publish be lost, the sweeper re-publishes once ``republish_after`` has
+        # passed since the stamp (R7).
         submitted = runtime.store.submit(
             tool,
             call.input,
             operation_ref=operation_ref,
             policy=call.policy,
             now=now,
-            published_at=now,
+            published_at=self._stamp(now),
             digest=call.digest,
             equivalent_hashes=call.equivalent_hashes,
             same_input=call.same_input,
@@ -152,7 +158,9 @@ class Submitter:
                 in_batch(error, index)
                 raise
         now = self.runtime.now()
-        submitted = runtime.store.submit_many(prepared, now=now, published_at=now, actor=actor)
+        submitted = runtime.store.submit_many(
+            prepared, now=now, published_at=self._stamp(now), actor=actor
+        )
         for one in submitted:
             runtime.faults.hit("after_submit_commit", one.step.operation_ref)
         self._publish_many(
@@ -176,12 +184,19 @@ class Submitter:
             self.runtime.store.mark_published(step.operation_ref, self.runtime.now())
         return Submission(current_view(self.runtime.store, step.operation_ref), False)
 
+    def _stamp(self, now: datetime) -> datetime | None:
+        """A new step's ``published_at``: ``now``, for the hint this process publishes
+        right after the commit; None (unsent) when the relay publishes it."""
+        return None if self.relayed else now
+
     def _publish_new(self, operation_ref: str, now: datetime, tool: str) -> None:
         """The hint of a step just committed, due now: through the Celery publisher as a
         batch of one (the message and its task-sent event in one round trip to Redis,
         where ``send_task`` makes two). A batch is sent once, without kombu's retries: if
         it fails, the hint goes again the plain way, with them (a hint that then arrives
-        twice is harmless, R1)."""
+        twice is harmless, R1). Nothing with the relay: it publishes the hint."""
+        if self.relayed:
+            return
         if isinstance(self.hints, Publisher):
             try:
                 self.hints.execute_many([(operation_ref, tool)])
@@ -203,8 +218,8 @@ class Submitter:
         """The hints of steps just committed (operation_ref, tool); one producer for all
         through the Celery publisher. A broker that refuses leaves the rest to the sweeper
         (R7). ``carried``: each step's trace context, when its submitter is not this
-        thread (a group commit's)."""
-        if not steps:
+        thread (a group commit's). Nothing with the relay: it publishes them."""
+        if not steps or self.relayed:
             return
         if not isinstance(self.hints, Publisher):
             for ref, tool in steps:
@@ -232,8 +247,9 @@ class Submitter:
             return False
 
     def _unpublished(self, step: StepRecord, now: datetime) -> bool:
-        """No hint, or none recent enough to trust, was published for the step."""
+        """No hint, or none recent enough to trust, was published for the step (an
+        unsent one is the relay's to send, when it runs)."""
         if step.published_at is None:
-            return True
+            return not self.relayed
         waited = timedelta(seconds=self.runtime.settings.sweep.republish_after)
         return step.published_at <= now - waited

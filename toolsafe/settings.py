@@ -41,6 +41,7 @@ from toolsafe.settings_sections import (
     DEFAULT_ADAPTERS,
     DEFAULT_DATABASE_URL,
     EARLY_WAIT_SHARE,
+    SUBMIT_HINTS,
     BrokerSettings,
     CallSettings,
     EscalationSettings,
@@ -223,6 +224,7 @@ def _read(reader: Reader) -> Settings:
         store=StoreSettings(
             url=reader.database_url("TOOLSAFE_DATABASE_URL", store.url),
             submit_window=reader.number("TOOLSAFE_SUBMIT_WINDOW", store.submit_window),
+            submit_hints=reader.choice("TOOLSAFE_SUBMIT_HINTS", SUBMIT_HINTS, store.submit_hints),
             notify_poll_interval=reader.number(
                 "TOOLSAFE_NOTIFY_POLL_INTERVAL", store.notify_poll_interval
             ),

@@ -19,6 +19,7 @@ __all__ = [
     "HEARTBEATS_PER_LEASE",
     "MAX_SUBMIT_WINDOW",
     "MIN_SESSION_KEY",
+    "SUBMIT_HINTS",
     "BrokerSettings",
     "CallSettings",
     "EscalationSettings",
@@ -46,6 +47,8 @@ MIN_SESSION_KEY: Final = 32
 """The shortest TOOLSAFE_UI_SESSION_KEY accepted: 32 characters of random text."""
 # A submit never waits longer than this for others to share its commit (a latency bound).
 MAX_SUBMIT_WINDOW: Final = 0.05
+# Who publishes a submitted step's hint (``TOOLSAFE_SUBMIT_HINTS``).
+SUBMIT_HINTS: Final = ("direct", "relay")
 
 
 def knob_variable(knob: str) -> str:
@@ -116,12 +119,17 @@ class StoreSettings(Section):
     # How long a submit waits for others submitting at the same moment in this process
     # to share its transaction (group commit, tasks/submit_group.py); 0: each its own.
     submit_window: float = 0.001
+    # Who publishes a submitted step's hint: the submitter right after its commit
+    # ("direct"), or the workers' hint relay, woken by the change feed ("relay"; the
+    # submit is then its commit alone: tasks/relay.py).
+    submit_hints: str = "direct"
     # How often a process without LISTEN/NOTIFY (SQLite) looks for new step events.
     notify_poll_interval: float = 0.05
 
     VARIABLES: ClassVar[Mapping[str, str]] = {
         "url": "TOOLSAFE_DATABASE_URL",
         "submit_window": "TOOLSAFE_SUBMIT_WINDOW",
+        "submit_hints": "TOOLSAFE_SUBMIT_HINTS",
         "notify_poll_interval": "TOOLSAFE_NOTIFY_POLL_INTERVAL",
     }
     POSITIVE: ClassVar[tuple[str, ...]] = ("notify_poll_interval",)
@@ -132,6 +140,16 @@ class StoreSettings(Section):
                 "TOOLSAFE_SUBMIT_WINDOW",
                 f"must be between 0 and {MAX_SUBMIT_WINDOW} seconds, got {self.submit_window}",
             )
+        if self.submit_hints not in SUBMIT_HINTS:
+            raise SettingsError(
+                "TOOLSAFE_SUBMIT_HINTS",
+                f"must be one of {', '.join(SUBMIT_HINTS)}, got {self.submit_hints!r}",
+            )
+
+    @property
+    def relays_hints(self) -> bool:
+        """Whether submitted steps' hints go out through the workers' relay."""
+        return self.submit_hints == "relay"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Final, Protocol
 
 ANY: Final = "*"
@@ -21,13 +22,24 @@ ANY: Final = "*"
 operation_ref can be ``*``."""
 
 
+Watcher = Callable[[str | None], None]
+"""Told each changed step's operation_ref, or None when any step may have changed
+unheard (the feed's connection was down); called on the feed's own thread, so it must
+return at once."""
+
+
 class Feed(Protocol):
     """What waiters use of a change feed (``ChangeFeed`` over SQL, ``MemoryFeed``): a
-    subscription per waiter, and how many wait. ``close`` stops what the feed runs."""
+    subscription per waiter, and how many wait; a watcher per process-wide listener (the
+    hint relay). ``close`` stops what the feed runs."""
 
     def subscribe(self, operation_ref: str) -> Subscription: ...
 
     def unsubscribe(self, subscription: Subscription) -> None: ...
+
+    def watch(self, watcher: Watcher) -> None: ...
+
+    def unwatch(self, watcher: Watcher) -> None: ...
 
     def waiting(self) -> int: ...
 

@@ -240,6 +240,20 @@ class StorePort(Protocol):
         """The step's hint went out at ``now`` (no version, no event); ``StepNotFound``."""
         ...
 
+    def take_hints(
+        self, now: datetime, limit: int, operation_refs: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Pending steps, unleased, whose hint never went out (``published_at`` None; of
+        ``operation_refs`` when given), oldest due first, marked published at ``now``:
+        each as (operation_ref, tool), to one caller however many take at once (the hint
+        relay, ``TOOLSAFE_SUBMIT_HINTS=relay``)."""
+        ...
+
+    def hints_not_sent(self, operation_refs: Collection[str], stamp: datetime) -> None:
+        """The caller of ``take_hints`` could not publish these: each one still pending
+        and still stamped ``stamp`` is unsent again, for the next ``take_hints``."""
+        ...
+
     # ---------------------------------------------------------------- agents and operators
 
     def provide_input(

@@ -83,7 +83,9 @@ def test_submit_cost_prints_both_targets(pg_url: str, redis_url: str) -> None:
     assert "submit_many (batches of 10)" in out
     assert "gateway, shared commits" in out and "in process, one commit each" in out
     assert "submit / plain send_task" in out and "submit_many from one thread" in out
-    assert out.count(" met") + out.count("NOT met") >= 2
+    assert "submit, the relay / plain send_task" in out
+    assert "gateway, shared commits, the relay" in out
+    assert out.count(" met") + out.count("NOT met") >= 4
 
 
 def test_lost_hints_counts_resent_against_lost_for_both_rules(pg_url: str, redis_url: str) -> None:
@@ -136,12 +138,21 @@ def test_throughput_runs_all_three_modes_with_ratios(pg_url: str, redis_url: str
 
 
 @pytest.mark.slow
-def test_throughput_runs_toolsafe_on_sqlite(pg_url: str, redis_url: str) -> None:
+def test_throughput_runs_toolsafe_and_its_relay_on_sqlite(pg_url: str, redis_url: str) -> None:
     out = run_benchmark(
         "throughput", pg_url, redis_url,
-        "--steps", "10", "--warmup", "0", "--modes", "toolsafe", "--store", "sqlite",
+        "--steps", "10", "--warmup", "0", "--modes", "rows,toolsafe,relay", "--store", "sqlite",
     )  # fmt: skip
     assert "toolsafe store sqlite" in out and "bench_write adapter" in out
+    # The relay's mode (its worker's relay publishes every hint) gets its own targets.
+    assert "targets (toolsafe, the hint relay / the hand-rolled task" in out
+
+
+@pytest.mark.slow
+def test_relay_latency_compares_both_paths_call_by_call(pg_url: str, redis_url: str) -> None:
+    out = run_benchmark("relay_latency", pg_url, redis_url, "--calls", "4", "--warmup", "1")
+    assert "direct   submit → wait" in out and "relay    submit → claim" in out
+    assert "the relay's difference (relay - direct):" in out
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ store."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Final, Literal
@@ -112,6 +112,15 @@ class RecordingHints:
 
     def escalation(self, operation_ref: str, *, tool: str | None = None) -> None:
         self.sent.append(Hint("escalation", operation_ref))
+
+    def execute_many(
+        self,
+        steps: Sequence[tuple[str, str]],
+        carried: Sequence[Mapping[str, str]] | None = None,
+    ) -> None:
+        """The hints of many steps due now (operation_ref, tool), as the Celery
+        publisher's batch (the hint relay publishes through it)."""
+        self.sent.extend(Hint("execute", ref) for ref, _tool in steps)
 
     def take(self) -> list[Hint]:
         """The hints sent since the last ``take``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from toolsafe.recovery.store.feed import ANY, Subscription
+from toolsafe.recovery.store.feed import ANY, Subscription, Watcher
 
 
 class MemoryFeed:
@@ -13,6 +13,7 @@ class MemoryFeed:
 
     def __init__(self) -> None:
         self._subscriptions: dict[str, set[Subscription]] = {}
+        self._watchers: list[Watcher] = []
         self._lock = threading.Lock()
 
     def subscribe(self, operation_ref: str) -> Subscription:
@@ -29,17 +30,29 @@ class MemoryFeed:
                 if not found:
                     del self._subscriptions[subscription.operation_ref]
 
+    def watch(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
     def waiting(self) -> int:
         with self._lock:
             return sum(len(found) for found in self._subscriptions.values())
 
     def changed(self, operation_ref: str) -> None:
         """Wake every waiter of ``operation_ref`` (they re-read their step), and every
-        waiter of :data:`ANY`."""
+        waiter of :data:`ANY`; tell every watcher."""
         with self._lock:
             found = [*self._subscriptions.get(operation_ref, ()), *self._subscriptions.get(ANY, ())]
+            watchers = list(self._watchers)
         for subscription in found:
             subscription.fire()
+        for watcher in watchers:
+            watcher(operation_ref)
 
     def close(self, timeout: float = 5.0) -> None:
         """Nothing runs behind this feed: nothing to stop."""

@@ -4,13 +4,13 @@ expiry (R4), due work (R7), parked delays released, publish stamps; the same gua
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.records import Recorded, StepRecord
-from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES
+from toolsafe.recovery.states import DUE_LATER, LEASED, WORK_STATES, StepState
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.errors import StepNotFound
 from toolsafe.recovery.store.memory.tables import Tables, utc
@@ -201,3 +201,31 @@ class MemorySweeper:
             if step is None:
                 raise StepNotFound(operation_ref)
             self._tables.put(replace(step, published_at=utc(now)))
+
+    def take_hints(
+        self, now: datetime, limit: int, operation_refs: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        wanted = None if operation_refs is None else set(operation_refs)
+        marked = self._hand_out(
+            lambda step: (
+                step.state is StepState.PENDING
+                and step.published_at is None
+                and (step.lease_expires_at is None or step.lease_expires_at <= now)
+                and (wanted is None or step.operation_ref in wanted)
+            ),
+            lambda _step: utc(now),
+            limit,
+        )
+        return [(step.operation_ref, step.tool) for step in marked]
+
+    def hints_not_sent(self, operation_refs: Collection[str], stamp: datetime) -> None:
+        sent = utc(stamp)
+        with self._tables.transaction():
+            for operation_ref in operation_refs:
+                step = self._tables.steps.get(operation_ref)
+                if (
+                    step is not None
+                    and step.state is StepState.PENDING
+                    and step.published_at == sent
+                ):
+                    self._tables.put(replace(step, published_at=None))

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, bindparam, func, select
 
 from toolsafe.recovery.db import libpq_conninfo
 from toolsafe.recovery.schema import STEP_CHANNEL, step_events
-from toolsafe.recovery.store.feed import ANY, Subscription
+from toolsafe.recovery.store.feed import ANY, Subscription, Watcher
 
 log = logging.getLogger("toolsafe.feed")
 
@@ -45,6 +45,7 @@ class ChangeFeed:
         self.poll_interval = poll_interval
         self.listens = engine.dialect.name == "postgresql"
         self._subscriptions: dict[str, set[Subscription]] = {}
+        self._watchers: list[Watcher] = []
         self._lock = threading.Lock()
         self._active = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -61,13 +62,29 @@ class ChangeFeed:
         subscription = Subscription(self, operation_ref)
         with self._lock:
             self._subscriptions.setdefault(operation_ref, set()).add(subscription)
-            self._active.notify_all()
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                target = self._listen if self.listens else self._poll
-                self._thread = threading.Thread(target=target, name="toolsafe-feed", daemon=True)
-                self._thread.start()
+            self._started()
         return subscription
+
+    def watch(self, watcher: Watcher) -> None:
+        """``watcher`` is told of every change from now on (and None after a reconnect:
+        whatever committed meanwhile went unheard)."""
+        with self._lock:
+            self._watchers.append(watcher)
+            self._started()
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def _started(self) -> None:
+        """The feed's thread runs (with ``_lock`` held)."""
+        self._active.notify_all()
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            target = self._listen if self.listens else self._poll
+            self._thread = threading.Thread(target=target, name="toolsafe-feed", daemon=True)
+            self._thread.start()
 
     def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
@@ -92,14 +109,20 @@ class ChangeFeed:
     def _dispatch(self, operation_ref: str) -> None:
         with self._lock:
             found = [*self._subscriptions.get(operation_ref, ()), *self._subscriptions.get(ANY, ())]
+            watchers = list(self._watchers)
         for subscription in found:
             subscription.fire()
+        for watcher in watchers:
+            watcher(operation_ref)
 
     def _wake_all(self) -> None:
         with self._lock:
             found = [sub for subs in self._subscriptions.values() for sub in subs]
+            watchers = list(self._watchers)
         for subscription in found:
             subscription.fire()
+        for watcher in watchers:
+            watcher(None)
 
     # ------------------------------------------------------------------ PostgreSQL
 
@@ -156,7 +179,7 @@ class ChangeFeed:
         last: int | None = None
         while not self._stop.is_set():
             with self._lock:
-                while not self._subscriptions and not self._stop.is_set():
+                while not (self._subscriptions or self._watchers or self._stop.is_set()):
                     last = None  # idle: no queries until someone waits again
                     self._active.wait()
             if self._stop.is_set():

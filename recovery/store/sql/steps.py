@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -385,6 +385,28 @@ class StepStore(StepSubmits, StepActions, ClaimShortcuts):
         updated = self._write(lambda conn: conn.execute(sql.MARK_PUBLISHED, parameters).rowcount)
         if updated == 0:
             raise StepNotFound(operation_ref)
+
+    def take_hints(
+        self, now: datetime, limit: int, operation_refs: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """The hint relay's steps (``sweep.take_hints``); ``SKIP LOCKED`` on PostgreSQL."""
+        if operation_refs is not None and not operation_refs:
+            return []
+        if operation_refs is not None and self.engine.dialect.name == "postgresql":
+            # One statement, its own transaction: one round trip per round of the relay.
+            refs = operation_refs
+            return self._write_one_statement(
+                lambda conn: sweep.take_heard_hints(conn, now=now, limit=limit, operation_refs=refs)
+            )
+        return self._write(
+            lambda conn: sweep.take_hints(conn, now=now, limit=limit, operation_refs=operation_refs)
+        )
+
+    def hints_not_sent(self, operation_refs: Collection[str], stamp: datetime) -> None:
+        if operation_refs:
+            self._write(
+                lambda conn: sweep.hints_not_sent(conn, operation_refs=operation_refs, stamp=stamp)
+            )
 
     # -------------------------------------------------------------- agents and operators
 

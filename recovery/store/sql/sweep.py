@@ -5,11 +5,26 @@ lookahead before they fall due."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import Connection, Row, and_, case, literal, null, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Row,
+    and_,
+    any_,
+    bindparam,
+    case,
+    literal,
+    null,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 
 from toolsafe.recovery.policy import Policy, ToolTraits
 from toolsafe.recovery.schema import (
@@ -18,6 +33,7 @@ from toolsafe.recovery.schema import (
     WORK_STATE_PREDICATE,
     steps,
 )
+from toolsafe.recovery.states import StepState as S
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.sql.ops import Decided
 from toolsafe.recovery.store.sql.statements import cas_update
@@ -103,11 +119,18 @@ def due_work(conn: Connection, *, now: datetime, limit: int, cutoff: datetime) -
 
 
 def hand_out(
-    conn: Connection, guard: Any, *, limit: int, published_at: Any, name: str
+    conn: Connection,
+    guard: Any,
+    *,
+    limit: int,
+    published_at: Any,
+    name: str,
+    returning: Sequence[Any] = (),
 ) -> list[Row[Any]]:
     """The steps ``guard`` holds, oldest due first, stamped ``published_at``: locked
     candidates (``SKIP LOCKED`` on PostgreSQL), then a compare-and-set on the same guard,
-    so two callers never both return a step (``due_work``, ``release_parked``)."""
+    so two callers never both return a step (``due_work``, ``release_parked``). Each
+    row has every column, or only ``returning`` (with ``due_at`` and ``id``)."""
     # Oldest due first; the id breaks ties, so equal due times hand out the same steps
     # in the same order on every database and every run.
     candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
@@ -123,7 +146,7 @@ def hand_out(
         update(steps)
         .where(steps.c.id.in_(select(chosen.c.id)), guard)
         .values(published_at=published_at)
-        .returning(*steps.c)
+        .returning(*(returning or steps.c), *((steps.c.due_at, steps.c.id) if returning else ()))
     )
     rows = conn.execute(statement).all()
     return sorted(rows, key=lambda row: (row.due_at, row.id))
@@ -206,3 +229,89 @@ def lost_hints(
         published_at=stamp,
         name="lost_candidates",
     )
+
+
+def unsent_guard(now: datetime, operation_refs: Collection[str] | None) -> Any:
+    """A pending step, unleased, whose hint never went out (of ``operation_refs``, when
+    given). Not compared with its ``due_at``: a pending step is due from the moment it
+    is stored, and another process's estimate of the database's clock may lag it."""
+    guard = and_(
+        steps.c.state == S.PENDING.value,
+        steps.c.published_at.is_(None),
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+    )
+    if operation_refs is None:
+        return guard
+    return and_(guard, steps.c.operation_ref.in_(sorted(operation_refs)))
+
+
+def _unsent_of_refs() -> Any:
+    """PostgreSQL's ``take_hints`` for the steps heard of: one constant statement (the
+    refs one array parameter), so it compiles once and runs as its own transaction."""
+    now = bindparam("now", type_=steps.c.published_at.type)
+    guard = and_(
+        steps.c.state == S.PENDING.value,
+        steps.c.published_at.is_(None),
+        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
+    )
+    refs = bindparam("refs", type_=postgresql.ARRAY(steps.c.operation_ref.type))
+    # Locked rows are skipped (another relay, or the sweeper, has them): no waits, so no
+    # deadlock between relays taking overlapping sets in different orders.
+    chosen = (
+        select(steps.c.id)
+        .where(guard, steps.c.operation_ref == any_(refs))
+        .order_by(steps.c.due_at, steps.c.id)
+        .limit(bindparam("limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+        .cte("heard_candidates")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        update(steps)
+        .where(steps.c.id.in_(select(chosen.c.id)), guard)
+        .values(published_at=now)
+        .returning(steps.c.operation_ref, steps.c.tool)
+    )
+
+
+UNSENT_OF_REFS: Final = _unsent_of_refs()
+
+
+def take_heard_hints(
+    conn: Connection, *, now: datetime, limit: int, operation_refs: Collection[str]
+) -> list[tuple[str, str]]:
+    """``take_hints`` of ``operation_refs`` on PostgreSQL (``UNSENT_OF_REFS``)."""
+    parameters = {"now": now, "limit": limit, "refs": sorted(operation_refs)}
+    rows = conn.execute(UNSENT_OF_REFS, parameters).all()
+    return [(row.operation_ref, row.tool) for row in rows]
+
+
+def take_hints(
+    conn: Connection, *, now: datetime, limit: int, operation_refs: Collection[str] | None
+) -> list[tuple[str, str]]:
+    """The hint relay's steps (``unsent_guard``), marked published at ``now``: each as
+    (operation_ref, tool), oldest due first, to one caller however many relay at once."""
+    rows = hand_out(
+        conn,
+        unsent_guard(now, operation_refs),
+        limit=limit,
+        published_at=now,
+        name="unsent_candidates",
+        returning=(steps.c.operation_ref, steps.c.tool),
+    )
+    return [(row.operation_ref, row.tool) for row in rows]
+
+
+def hints_not_sent(conn: Connection, *, operation_refs: Collection[str], stamp: datetime) -> int:
+    """The relay could not publish these: each pending step still stamped ``stamp`` is
+    unsent again (``published_at`` NULL), for the relay's next round."""
+    statement = (
+        update(steps)
+        .where(
+            steps.c.operation_ref.in_(sorted(operation_refs)),
+            steps.c.state == S.PENDING.value,
+            steps.c.published_at == stamp,
+        )
+        .values(published_at=None)
+    )
+    return int(conn.execute(statement).rowcount)

@@ -126,6 +126,8 @@ def test_waiters_recover_when_the_listening_connection_is_killed(
     for ref in refs:
         client.submit("create_invoice", INVOICE, ref)
     results: dict[str, StepState] = {}
+    heard: list[str | None] = []  # a watcher (the hint relay's way) is told of the gap
+    feed.watch(heard.append)
 
     def wait(ref: str) -> None:
         results[ref] = client.wait(ref, timeout=30).state
@@ -153,6 +155,8 @@ def test_waiters_recover_when_the_listening_connection_is_killed(
         waiter.join(30)
     assert results == {ref: StepState.CANCELLED for ref in refs}
     assert feed.reconnects > reconnects
+    feed.unwatch(heard.append)
+    assert None in heard  # whatever committed while nobody listened: look again
 
 
 @pytest.mark.parametrize("cluster", ["postgresql"], indirect=True)  # SQLite: no NOTIFY
@@ -208,3 +212,41 @@ def test_the_poller_reads_nothing_while_nobody_waits(cluster: Cluster, tmp_path:
     polls = feed.polls
     time.sleep(0.5)
     assert feed.polls - polls <= 1
+
+
+def test_a_watcher_hears_every_change_and_a_reconnect(cluster: Cluster, other: Client) -> None:
+    """What the hint relay watches: each change of any step, from any process, once per
+    change (None after a reconnect: the test above); nothing once unwatched."""
+    feed = sql_feed(cluster.client.runtime)
+    heard: list[str | None] = []
+    lock = threading.Lock()
+
+    def watcher(ref: str | None) -> None:
+        with lock:
+            heard.append(ref)
+
+    def seen(ref: str) -> bool:
+        with lock:
+            return ref in heard
+
+    feed.watch(watcher)
+    try:
+        assert feed.connected.wait(10)
+        refs = [new_ref("feed/watched") for _ in range(3)]
+        for ref in refs:
+            other.submit("create_invoice", INVOICE, ref)
+        other.cancel(refs[0], "a second change of the same step")
+        deadline = time.monotonic() + 10
+        while not all(seen(ref) for ref in refs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with lock:
+            assert all(ref in heard for ref in refs), heard
+        while heard.count(refs[0]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard.count(refs[0]) == 2  # submitted, cancelled
+    finally:
+        feed.unwatch(watcher)
+    count = len(heard)
+    other.submit("create_invoice", INVOICE, new_ref("feed/unwatched"))
+    time.sleep(0.3)
+    assert len(heard) == count  # no longer told

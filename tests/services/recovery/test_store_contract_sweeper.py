@@ -221,3 +221,66 @@ def test_a_lost_eta_hint_is_unparked_for_the_release_timer(store: StorePort) -> 
 def test_lost_hints_refuses_a_window_in_the_future(store: StorePort) -> None:
     with pytest.raises(ValueError, match="loss window"):
         store.lost_hints(T0, None, T0 + MINUTE, T0 + MINUTE, limit=1)
+
+
+# ------------------------------------------------------------------ the hint relay
+
+
+def test_take_hints_takes_pending_unsent_steps_once_oldest_first(store: StorePort) -> None:
+    submit(store, "second", now=T0 + timedelta(seconds=2))
+    submit(store, "first", now=T0 + timedelta(seconds=1))
+    submit(store, "stamped", now=T0, published_at=T0)  # its submitter published it
+    claimed(store, "running")
+    now = T0 + MINUTE
+    assert store.take_hints(now, 1) == [("first", "create_invoice")]
+    assert store.take_hints(now, 10) == [("second", "create_invoice")]
+    assert store.take_hints(now, 10) == []
+    for ref in ("first", "second"):
+        step = store.get(ref)
+        assert step.published_at == now and step.version == 1  # bookkeeping only
+        assert [e.kind for e in store.events(ref)] == ["submitted"]
+
+
+def test_take_hints_of_the_steps_heard_of(store: StorePort) -> None:
+    for ref in ("a", "b", "c"):
+        submit(store, ref)
+    claimed(store, "running")
+    now = T0 + MINUTE
+    # Only those named, and only while pending and unsent: a claimed step, a step not
+    # there and one already taken come back as nothing.
+    assert store.take_hints(now, 10, ["c", "a", "running", "ghost"]) == [
+        ("a", "create_invoice"),
+        ("c", "create_invoice"),
+    ]
+    assert store.take_hints(now, 10, ["a", "c"]) == []
+    assert store.take_hints(now, 10, []) == []
+    assert store.take_hints(now, 10) == [("b", "create_invoice")]
+
+
+def test_take_hints_of_refs_is_bounded(store: StorePort) -> None:
+    for ref in ("a", "b", "c"):
+        submit(store, ref)
+    taken = store.take_hints(T0, 2, ["a", "b", "c"])
+    assert taken == [("a", "create_invoice"), ("b", "create_invoice")]
+    assert store.take_hints(T0, 2, ["a", "b", "c"]) == [("c", "create_invoice")]
+
+
+def test_hints_not_sent_makes_them_unsent_again(store: StorePort) -> None:
+    submit(store, "a")
+    submit(store, "b")
+    stamp = T0 + MINUTE
+    assert len(store.take_hints(stamp, 10)) == 2
+    store.mark_published("b", stamp + MINUTE)  # sent again meanwhile, by someone else
+    store.hints_not_sent(["a", "b", "ghost"], stamp)
+    assert store.get("a").published_at is None
+    assert store.get("b").published_at == stamp + MINUTE  # not this caller's stamp
+    assert store.take_hints(stamp + MINUTE, 10) == [("a", "create_invoice")]
+    store.hints_not_sent([], stamp)  # nothing to do
+
+
+def test_an_unsent_step_is_due_work_for_the_sweeper_too(store: StorePort) -> None:
+    # No relay ran: the sweeper's due_work sends a never-published step (R7).
+    submit(store)
+    [due] = store.due_work(T0, limit=10, republish_after=MINUTE)
+    assert due.operation_ref == REF and due.published_at == T0
+    assert store.take_hints(T0, 10) == []  # handed out once, whoever takes it
