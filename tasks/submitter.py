@@ -1,6 +1,8 @@
 """The client's submissions: each call checked (``new_step``), committed alone, with
 concurrent callers (``SubmitGroup``) or as a batch, and only then its hint published
-(R2); a repeat of a stored operation_ref answered with the stored step.
+(R2) — by this process, or with ``TOOLSAFE_SUBMIT_HINTS=relay`` by the workers' hint
+relay (``tasks/relay.py``), the submit then being its commit alone; a repeat of a
+stored operation_ref answered with the stored step.
 
 ``Client`` (``tasks/client.py``) owns one ``Submitter`` and adds the tracing span and
 the public signatures.

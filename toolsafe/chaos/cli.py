@@ -68,6 +68,7 @@ def chaos(args: argparse.Namespace) -> int:
         keep_keys=tuple(args.keep_key or ()),
         pg_restart_command=args.pg_restart_command,
         deduplicating=args.deduplicating_downstream,
+        relay=args.hint_relay,
         local_redis=args.local_redis,
         pg_admin=args.pg_admin,
     )
@@ -127,6 +128,8 @@ def command_line(args: argparse.Namespace) -> str:
             words += [f"--{name.replace('_', '-')}", str(value)]
     if getattr(args, "deduplicating_downstream", False):
         words.append("--deduplicating-downstream")
+    if getattr(args, "hint_relay", False):
+        words.append("--hint-relay")
     return shlex.join(words)
 
 
@@ -217,6 +220,12 @@ def add_parser(commands: Any) -> None:
         help="run the example downstream enforcing Idempotency-Key (not --naive) and have "
         "the adapters declare deduplicates_by_key: a killed call is retried one consistency "
         "window after its send; the report counts the requests the key deduplicated",
+    )
+    ch.add_argument(
+        "--hint-relay",
+        action="store_true",
+        help="submit with TOOLSAFE_SUBMIT_HINTS=relay: the submits are their commits, the "
+        "workers' hint relays publish the hints (under the same faults)",
     )
     ch.add_argument("--duplicates", type=int, default=60, help="duplicate messages published")
     ch.add_argument("--batch", type=int, default=20, help="steps submitted at once")

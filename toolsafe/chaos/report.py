@@ -46,6 +46,9 @@ class ChaosConfig:
     # Run the example downstream enforcing Idempotency-Key, with the adapters declaring
     # ``deduplicates_by_key``; by default it runs naive, so that a duplicate shows.
     deduplicating: bool = False
+    # Submit with TOOLSAFE_SUBMIT_HINTS=relay: the workers' hint relays publish the
+    # submits' hints (tasks/relay.py), under the same faults.
+    relay: bool = False
     local_redis: str = LOCAL_REDIS  # where a run without --broker takes a db of its own
     pg_admin: str = LOCAL_PG_ADMIN  # where a run without --database creates its own
 
@@ -158,7 +161,7 @@ class ChaosReport:
             f"at most {c.max_in_progress} steps in progress, operation_refs {self.prefix}*",
             f"work dir: {self.workdir}",
             f"broker {c.broker}, database {hide_password(c.database or '')}",
-            f"downstream: {downstream_shown(c)}",
+            f"downstream: {downstream_shown(c)}; submits' hints: {hints_shown(c)}",
             "",
             f"steps submitted: {len(self.submitted)} in {self.submit_seconds:.1f}s; "
             f"settled: {'yes' if self.settled else 'NO'} after {self.settle_seconds:.1f}s "
@@ -272,6 +275,7 @@ class ChaosReport:
             "beat_exits": dict(self.beat_exits),
             "checked_in_passing": self.checked_in_passing,
             "downstream": "deduplicating" if self.config.deduplicating else "naive",
+            "submit_hints": "relay" if self.config.relay else "direct",
             "deduplicated_requests": sum(self.deduplicated.values()),
             "deduplicated_steps": len(self.deduplicated),
             "agent": dict(self.agent),
@@ -295,6 +299,10 @@ def downstream_shown(config: ChaosConfig) -> str:
     if config.deduplicating:
         return "deduplicating by Idempotency-Key, adapters declare deduplicates_by_key"
     return "naive (stores every request: a duplicate write shows as a second effect)"
+
+
+def hints_shown(config: ChaosConfig) -> str:
+    return "published by the workers' relays" if config.relay else "published by the submitter"
 
 
 def pool_shown(config: ChaosConfig) -> str:

@@ -61,6 +61,7 @@ def run_env(config: ChaosConfig, workdir: Path, downstream_url: str) -> dict[str
             "TOOLSAFE_EXAMPLE_CONSISTENCY_WINDOW": str(t.consistency_window),
             "TOOLSAFE_EXAMPLE_TIMEOUT": str(t.call_timeout),
             "TOOLSAFE_EXAMPLE_DEDUPLICATES_BY_KEY": "true" if config.deduplicating else "false",
+            "TOOLSAFE_SUBMIT_HINTS": "relay" if config.relay else "direct",
             "TOOLSAFE_TASK_SOFT_TIME_LIMIT": str(t.time_limit - 1),
             "TOOLSAFE_TASK_TIME_LIMIT": str(t.time_limit),
             # Short: a live call's heartbeat renews it (every 0.6 s), a dead one's ends soon.
