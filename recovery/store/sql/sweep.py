@@ -231,7 +231,7 @@ def lost_hints(
     )
 
 
-def unsent_guard(now: datetime, operation_refs: Collection[str] | None) -> Any:
+def unsent_guard(now: Any, operation_refs: Collection[str] | None = None) -> Any:
     """A pending step, unleased, whose hint never went out (of ``operation_refs``, when
     given). Not compared with its ``due_at``: a pending step is due from the moment it
     is stored, and another process's estimate of the database's clock may lag it."""
@@ -249,11 +249,7 @@ def _unsent_of_refs() -> Any:
     """PostgreSQL's ``take_hints`` for the steps heard of: one constant statement (the
     refs one array parameter), so it compiles once and runs as its own transaction."""
     now = bindparam("now", type_=steps.c.published_at.type)
-    guard = and_(
-        steps.c.state == S.PENDING.value,
-        steps.c.published_at.is_(None),
-        or_(steps.c.lease_expires_at.is_(None), steps.c.lease_expires_at <= now),
-    )
+    guard = unsent_guard(now)
     refs = bindparam("refs", type_=postgresql.ARRAY(steps.c.operation_ref.type))
     # Locked rows are skipped (another relay, or the sweeper, has them): no waits, so no
     # deadlock between relays taking overlapping sets in different orders.
@@ -270,7 +266,7 @@ def _unsent_of_refs() -> Any:
         update(steps)
         .where(steps.c.id.in_(select(chosen.c.id)), guard)
         .values(published_at=now)
-        .returning(steps.c.operation_ref, steps.c.tool)
+        .returning(steps.c.operation_ref, steps.c.tool, steps.c.due_at, steps.c.id)
     )
 
 
@@ -283,7 +279,8 @@ def take_heard_hints(
     """``take_hints`` of ``operation_refs`` on PostgreSQL (``UNSENT_OF_REFS``)."""
     parameters = {"now": now, "limit": limit, "refs": sorted(operation_refs)}
     rows = conn.execute(UNSENT_OF_REFS, parameters).all()
-    return [(row.operation_ref, row.tool) for row in rows]
+    # RETURNING follows no order: oldest due first, as ``hand_out`` gives them.
+    return [(row.operation_ref, row.tool) for row in sorted(rows, key=lambda r: (r.due_at, r.id))]
 
 
 def take_hints(
