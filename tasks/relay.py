@@ -79,12 +79,12 @@ class HintRelay:
 
     def start(self) -> None:
         if self._thread is None:
-            self.runtime.store.feed.watch(self._heard)
+            self.runtime.feed.watch(self._heard)
             self._thread = threading.Thread(target=self._run, name="toolsafe-relay", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.runtime.store.feed.unwatch(self._heard)
+        self.runtime.feed.unwatch(self._heard)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -125,6 +125,7 @@ class HintRelay:
             with self._lock:
                 self._everything = True  # what was heard is not lost: take everything
             self._failed(error)
+            self.relayed += sent  # the batches published before the failure
             return sent
         if self._pause:
             log.info("hint relay: relaying again", extra={"event": "relay_resumed"})
