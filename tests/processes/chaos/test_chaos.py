@@ -4,7 +4,6 @@ PostgreSQL server the test starts for itself — and zero violations."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -12,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chaos_runs import run_chaos
 from tests.support.private_postgres import private_postgres
 from toolsafe.chaos.plan import ScheduleSize, Timing, build_schedule, scenarios
-from toolsafe.cli.main import main
 from toolsafe.tasks.faults import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
@@ -56,11 +55,9 @@ def test_chaos_run_keeps_the_invariant(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     chaos_database, restart = chaos_cluster
-    report_path = tmp_path / "report.json"
     restart_options = ["--db-restarts", str(SIZE.db_restarts), "--pg-restart-command", restart]
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             # A Redis server of the run's own, killed with SIGKILL and started again once.
             "--redis-restarts", str(SIZE.redis_restarts),
             "--database", chaos_database,
@@ -72,13 +69,11 @@ def test_chaos_run_keeps_the_invariant(
             "--duplicates", str(SIZE.duplicates),
             "--seed", "6",
             "--bound", "150",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
             *restart_options,
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     # The invariant and the store's own checks (attempts against limits, envelopes
     # against states: toolsafe/chaos/checks.py) found nothing.
     assert report["violations"] == [], printed
@@ -180,10 +175,8 @@ def test_ten_hard_redis_restarts_under_load_kill_no_worker(
     (no other fault): no worker exits, and every step ends in its scenario's expected
     state; a succeeded step has exactly one downstream effect (the invariant: at most one,
     and none is a violation), an escalated conflict none."""
-    report_path = tmp_path / "report.json"
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             "--redis-restarts", "10",
             "--database", chaos_database,
             "--steps", "300",
@@ -194,12 +187,10 @@ def test_ten_hard_redis_restarts_under_load_kill_no_worker(
             "--duplicates", "0",
             "--seed", "11",
             "--bound", "150",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["faults"]["redis server restart"] == 10, printed

@@ -4,14 +4,13 @@ own, beside the others (not in the serial unit: 66 steps and two workers)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.processes.chaos.test_chaos import chaos_database  # noqa: F401 - the fixture
+from tests.support.chaos_runs import run_chaos
 from toolsafe.chaos.plan import Timing, scenarios
-from toolsafe.cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -25,10 +24,8 @@ def test_a_deduplicating_downstream_keeps_the_invariant_and_deduplicates_retries
     adapters declare ``deduplicates_by_key``. Killed calls are retried one window after
     their claim; the run still ends with no violation, every step as its scenario says,
     and ``slow_store``'s retries answered from the key (the trait at work)."""
-    report_path = tmp_path / "report.json"
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             "--deduplicating-downstream",
             "--database", chaos_database,
             "--steps", "66",
@@ -40,12 +37,10 @@ def test_a_deduplicating_downstream_keeps_the_invariant_and_deduplicates_retries
             "--duplicates", "10",
             "--seed", "11",
             "--bound", "150",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["settled"] and report["downstream"] == "deduplicating", printed

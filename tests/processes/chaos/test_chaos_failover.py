@@ -7,14 +7,13 @@ messages and a connection-kill round on top: zero violations."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.support.chaos_kills import assert_planned_kills_fired
+from tests.support.chaos_runs import run_chaos
 from toolsafe.chaos.plan import Timing, scenarios
-from toolsafe.cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -22,10 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 def test_two_failovers_and_a_partition_keep_the_invariant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report_path = tmp_path / "report.json"
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             "--failovers", "2",
             "--partitions", "1",
             "--steps", "150",
@@ -36,12 +33,10 @@ def test_two_failovers_and_a_partition_keep_the_invariant(
             "--duplicates", "20",
             "--seed", "3",
             "--bound", "150",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["settled"], printed

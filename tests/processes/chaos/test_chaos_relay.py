@@ -4,14 +4,13 @@ connections. A small run of its own, beside the others."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.processes.chaos.test_chaos import chaos_database  # noqa: F401 - the fixture
+from tests.support.chaos_runs import run_chaos
 from toolsafe.chaos.plan import Timing, scenarios
-from toolsafe.cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -24,10 +23,8 @@ def test_the_hint_relay_keeps_the_invariant_under_faults(
     """Every step ends as its scenario says, with no duplicate effect and no step lost:
     the relays' hints lost with the broker's queues, or their statements with the
     database's connections, are sent again (R7)."""
-    report_path = tmp_path / "report.json"
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             "--hint-relay",
             "--database", chaos_database,
             "--steps", "60",
@@ -39,12 +36,10 @@ def test_the_hint_relay_keeps_the_invariant_under_faults(
             "--duplicates", "10",
             "--seed", "17",
             "--bound", "150",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["settled"] and report["submit_hints"] == "relay", printed

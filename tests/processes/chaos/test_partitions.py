@@ -6,14 +6,13 @@ violations."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.processes.chaos.test_chaos import chaos_database  # noqa: F401 - the fixture
 from tests.support.chaos_kills import assert_planned_kills_fired
-from toolsafe.cli.main import main
+from tests.support.chaos_runs import run_chaos
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -23,10 +22,8 @@ def test_a_partitioned_worker_and_killed_pool_processes_keep_the_invariant(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    report_path = tmp_path / "report.json"
-    code = main(
+    code, printed, report = run_chaos(
         [
-            "chaos",
             "--partitions", "2",
             "--pool", "prefork",
             "--database", chaos_database,
@@ -39,12 +36,10 @@ def test_a_partitioned_worker_and_killed_pool_processes_keep_the_invariant(
             "--duplicates", "0",
             "--seed", "29",
             "--bound", "120",
-            "--workdir", str(tmp_path / "run"),
-            "--report", str(report_path),
-        ]
+        ],
+        tmp_path,
+        capsys,
     )  # fmt: skip
-    printed = capsys.readouterr().out
-    report = json.loads(report_path.read_text("utf-8"))
     assert report["violations"] == [], printed
     assert code == 0, printed
     assert report["faults"]["worker partition"] == 2, printed
