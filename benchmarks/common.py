@@ -160,6 +160,9 @@ class BenchDatabase:
 
 # ------------------------------------------------------------------ worker processes
 
+RELAY: Final = {"TOOLSAFE_SUBMIT_HINTS": "relay"}
+"""``worker_env``'s extra for a client or worker with the hint relay (tasks/relay.py)."""
+
 
 def worker_env(
     broker: str, database: str, extra: Mapping[str, str] | None = None

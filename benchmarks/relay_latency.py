@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import (
+    RELAY,
     BenchDatabase,
     BenchError,
     BrokerDb,
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BenchDatabase(args.database, drop_existing=args.drop_existing) as database,
         tempfile.TemporaryDirectory(prefix="toolsafe-bench-relay-") as tmp,
     ):
-        relay_env = worker_env(broker.url, database.url, {"TOOLSAFE_SUBMIT_HINTS": "relay"})
+        relay_env = worker_env(broker.url, database.url, RELAY)
         clients = {
             "direct": Client(create_app(Settings.from_env(worker_env(broker.url, database.url)))),
             "relay": Client(create_app(Settings.from_env(relay_env))),

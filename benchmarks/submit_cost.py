@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.common import (
+    RELAY,
     BenchDatabase,
     BenchError,
     BrokerDb,
@@ -57,7 +58,6 @@ SUBMIT_TARGET: Final = 1.5
 BATCH_TARGET: Final = 2000.0
 GATEWAY_RATE_TARGET: Final = 1000.0
 GATEWAY_P99_TARGET: Final = 0.020
-RELAY: Final = {"TOOLSAFE_SUBMIT_HINTS": "relay"}
 
 
 def verdict(met: bool) -> str:

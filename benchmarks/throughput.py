@@ -33,6 +33,7 @@ from celery import Celery
 from benchmarks import baseline
 from benchmarks.common import (
     POLL,
+    RELAY,
     BenchDatabase,
     BenchError,
     BrokerDb,
@@ -214,9 +215,7 @@ def run_mode(
         sqlite_file = tmp / f"toolsafe-{uuid.uuid4().hex[:8]}.db"
         store_url = f"sqlite:///{sqlite_file}"
         migrate(store_url)
-    env = worker_env(
-        broker.url, store_url, {"TOOLSAFE_SUBMIT_HINTS": "relay"} if mode == "relay" else None
-    )
+    env = worker_env(broker.url, store_url, RELAY if mode == "relay" else None)
     target = Target(mode, env, args.call_ms, sqlite_file)
 
     def database_cpu() -> float:

@@ -131,24 +131,50 @@ def hand_out(
     candidates (``SKIP LOCKED`` on PostgreSQL), then a compare-and-set on the same guard,
     so two callers never both return a step (``due_work``, ``release_parked``). Each
     row has every column, or only ``returning`` (with ``due_at`` and ``id``)."""
+    statement = hand_out_statement(
+        guard,
+        limit=limit,
+        published_at=published_at,
+        name=name,
+        returning=returning,
+        postgres=conn.dialect.name == "postgresql",
+    )
+    return oldest_due_first(conn.execute(statement).all())
+
+
+def hand_out_statement(
+    guard: Any,
+    *,
+    limit: Any,
+    published_at: Any,
+    name: str,
+    returning: Sequence[Any] = (),
+    postgres: bool,
+) -> Any:
+    """``hand_out``'s statement (``limit`` and the guard's values may be bound
+    parameters, so that it can be built once)."""
     # Oldest due first; the id breaks ties, so equal due times hand out the same steps
     # in the same order on every database and every run.
     candidates = select(steps.c.id).where(guard).order_by(steps.c.due_at, steps.c.id).limit(limit)
-    postgres = conn.dialect.name == "postgresql"
     if postgres:
+        # Locked rows are skipped (another sweeper or relay has them): no waits, so no
+        # deadlock between callers taking overlapping sets in different orders.
         candidates = candidates.with_for_update(skip_locked=True)
     chosen = candidates.cte(name)
     if postgres:
         # Evaluated once: as a plain IN (subquery) PostgreSQL may rescan it per row,
         # and rows this statement already updated then drop out of the locked LIMIT.
         chosen = chosen.prefix_with("MATERIALIZED")
-    statement = (
+    return (
         update(steps)
         .where(steps.c.id.in_(select(chosen.c.id)), guard)
         .values(published_at=published_at)
         .returning(*(returning or steps.c), *((steps.c.due_at, steps.c.id) if returning else ()))
     )
-    rows = conn.execute(statement).all()
+
+
+def oldest_due_first(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    """Handed-out rows in due order (RETURNING follows none)."""
     return sorted(rows, key=lambda row: (row.due_at, row.id))
 
 
@@ -246,27 +272,18 @@ def unsent_guard(now: Any, operation_refs: Collection[str] | None = None) -> Any
 
 
 def _unsent_of_refs() -> Any:
-    """PostgreSQL's ``take_hints`` for the steps heard of: one constant statement (the
-    refs one array parameter), so it compiles once and runs as its own transaction."""
+    """PostgreSQL's ``take_hints`` for the steps heard of: ``hand_out``'s statement with
+    the refs one array parameter, so it is built and compiled once and runs as its own
+    transaction."""
     now = bindparam("now", type_=steps.c.published_at.type)
-    guard = unsent_guard(now)
     refs = bindparam("refs", type_=postgresql.ARRAY(steps.c.operation_ref.type))
-    # Locked rows are skipped (another relay, or the sweeper, has them): no waits, so no
-    # deadlock between relays taking overlapping sets in different orders.
-    chosen = (
-        select(steps.c.id)
-        .where(guard, steps.c.operation_ref == any_(refs))
-        .order_by(steps.c.due_at, steps.c.id)
-        .limit(bindparam("limit", type_=Integer))
-        .with_for_update(skip_locked=True)
-        .cte("heard_candidates")
-        .prefix_with("MATERIALIZED")
-    )
-    return (
-        update(steps)
-        .where(steps.c.id.in_(select(chosen.c.id)), guard)
-        .values(published_at=now)
-        .returning(steps.c.operation_ref, steps.c.tool, steps.c.due_at, steps.c.id)
+    return hand_out_statement(
+        and_(unsent_guard(now), steps.c.operation_ref == any_(refs)),
+        limit=bindparam("limit", type_=Integer),
+        published_at=now,
+        name="heard_candidates",
+        returning=(steps.c.operation_ref, steps.c.tool),
+        postgres=True,
     )
 
 
@@ -278,9 +295,8 @@ def take_heard_hints(
 ) -> list[tuple[str, str]]:
     """``take_hints`` of ``operation_refs`` on PostgreSQL (``UNSENT_OF_REFS``)."""
     parameters = {"now": now, "limit": limit, "refs": sorted(operation_refs)}
-    rows = conn.execute(UNSENT_OF_REFS, parameters).all()
-    # RETURNING follows no order: oldest due first, as ``hand_out`` gives them.
-    return [(row.operation_ref, row.tool) for row in sorted(rows, key=lambda r: (r.due_at, r.id))]
+    rows = oldest_due_first(conn.execute(UNSENT_OF_REFS, parameters).all())
+    return [(row.operation_ref, row.tool) for row in rows]
 
 
 def take_hints(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -20,6 +20,7 @@ from tests.support.tasks.memory_support import (
     memory_runtime,
     success,
 )
+from toolsafe.harness import wait_until
 from toolsafe.recovery.states import StepState
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline
@@ -34,14 +35,6 @@ def relayed_runtime() -> tuple[Runtime, ScriptedAdapter]:
     adapter = ScriptedAdapter()
     runtime, _store = memory_runtime(adapter, RELAYED)
     return runtime, adapter
-
-
-def eventually(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 class LockedHints(RecordingHints):
@@ -71,7 +64,7 @@ def test_a_relayed_submit_is_its_commit_and_the_relay_publishes_its_hint_once() 
         view = submitter.submit_call(TOOL, INPUT, "run_1/step_1", None).view
         assert view.state is StepState.PENDING
         assert submitter_hints.take() == []  # the submitter published nothing
-        eventually(lambda: bool(relay_hints.sent), "the relay's hint")
+        wait_until(lambda: bool(relay_hints.sent), 5, "the relay's hint", interval=0.005)
         assert relay_hints.take() == [Hint("execute", "run_1/step_1")]
         assert runtime.store.get("run_1/step_1").published_at is not None
         # The step's later events notify too: nothing is published again.
@@ -106,7 +99,9 @@ def test_steps_stored_before_the_relay_started_are_published_when_it_starts() ->
     relay = HintRelay(runtime, hints)
     relay.start()
     try:
-        eventually(lambda: len(hints.sent) == len(refs), "every stored step's hint")
+        wait_until(
+            lambda: len(hints.sent) == len(refs), 5, "every stored step's hint", interval=0.005
+        )
     finally:
         relay.stop()
     assert sorted(hint.operation_ref for hint in hints.take()) == sorted(refs)
@@ -123,7 +118,7 @@ def test_several_relays_publish_each_hint_once() -> None:
     try:
         for ref in refs:
             submitter.submit_call(TOOL, INPUT, ref, None)
-        eventually(lambda: len(hints.sent) >= len(refs), "every hint")
+        wait_until(lambda: len(hints.sent) >= len(refs), 5, "every hint", interval=0.005)
         for relay in relays:
             relay._heard(None)  # each catches up once more: nothing is left unsent
         time.sleep(0.1)
@@ -164,7 +159,7 @@ def test_a_refused_batch_is_unsent_again_and_published_once_the_broker_answers(
         relay.start()
         try:
             submitter.submit_call(TOOL, INPUT, "run_3/step_1", None)
-            eventually(lambda: bool(hints.sent), "the hint after two refusals")
+            wait_until(lambda: bool(hints.sent), 5, "the hint after two refusals", interval=0.005)
         finally:
             relay.stop()
     assert hints.take() == [Hint("execute", "run_3/step_1")]
