@@ -18,6 +18,7 @@ from sqlalchemy import (
     bindparam,
     insert,
     select,
+    text,
     update,
 )
 
@@ -268,8 +269,34 @@ def filled_events(rows: Sequence[Row[Any]]) -> list[EventRecord]:
     return with_envelopes([event_record(row) for row in rows], latest)
 
 
-MARK_PUBLISHED: Final = (
-    update(steps)
-    .where(steps.c.operation_ref == bindparam("ref"))
-    .values(published_at=bindparam("published_at", type_=steps.c.published_at.type))
-)
+# Hint bookkeeping commits without waiting for the WAL flush. A statement that writes
+# only ``published_at`` (what went to the broker, and when) carries this always-true
+# condition: evaluating it turns ``synchronous_commit`` off for its own transaction
+# alone (``set_config(…, true)``: the setting ends with the transaction, pooled
+# connections keep the server's), so PostgreSQL answers without the flush's wait. A
+# server crash may lose such a stamp from its last moments, never a step or an event:
+# the stamp is then older than the truth, and what is older is sent again (the sweep's
+# ``due_work``, the relay's catch-up) — a hint twice, which R1 makes harmless. A later
+# synchronous commit (the claim that the hint leads to) flushes it anyway: the WAL is
+# written in order. Never on a statement that writes anything else.
+UNSYNCED: Final = text("set_config('synchronous_commit', 'off', true) IS NOT NULL")
+
+
+def bookkeeping(postgres: bool) -> tuple[Any, ...]:
+    """The conditions a hint-bookkeeping statement adds to its ``WHERE``: ``UNSYNCED`` on
+    PostgreSQL, nothing elsewhere."""
+    return (UNSYNCED,) if postgres else ()
+
+
+def _mark_published(postgres: bool) -> Any:
+    return (
+        update(steps)
+        .where(steps.c.operation_ref == bindparam("ref"), *bookkeeping(postgres))
+        .values(published_at=bindparam("published_at", type_=steps.c.published_at.type))
+    )
+
+
+# The step's hint went out (``mark_published``): on PostgreSQL one statement committed
+# on its own, without the flush's wait (``UNSYNCED``); elsewhere inside a transaction.
+MARK_PUBLISHED: Final = _mark_published(postgres=False)
+MARK_PUBLISHED_UNSYNCED: Final = _mark_published(postgres=True)

@@ -382,7 +382,15 @@ class StepStore(StepSubmits, StepActions, ClaimShortcuts):
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
         parameters = {"ref": operation_ref, "published_at": now}
-        updated = self._write(lambda conn: conn.execute(sql.MARK_PUBLISHED, parameters).rowcount)
+        if self.engine.dialect.name == "postgresql":
+            # Bookkeeping alone: its own transaction, without the flush's wait (R1).
+            updated = self._write_one_statement(
+                lambda conn: conn.execute(sql.MARK_PUBLISHED_UNSYNCED, parameters).rowcount
+            )
+        else:
+            updated = self._write(
+                lambda conn: conn.execute(sql.MARK_PUBLISHED, parameters).rowcount
+            )
         if updated == 0:
             raise StepNotFound(operation_ref)
 

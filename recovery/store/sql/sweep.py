@@ -36,7 +36,7 @@ from toolsafe.recovery.schema import (
 from toolsafe.recovery.states import StepState as S
 from toolsafe.recovery.store import plan
 from toolsafe.recovery.store.sql.ops import Decided
-from toolsafe.recovery.store.sql.statements import cas_update
+from toolsafe.recovery.store.sql.statements import bookkeeping, cas_update
 
 
 def expire_leases(
@@ -167,7 +167,7 @@ def hand_out_statement(
         chosen = chosen.prefix_with("MATERIALIZED")
     return (
         update(steps)
-        .where(steps.c.id.in_(select(chosen.c.id)), guard)
+        .where(steps.c.id.in_(select(chosen.c.id)), guard, *bookkeeping(postgres))
         .values(published_at=published_at)
         .returning(*(returning or steps.c), *((steps.c.due_at, steps.c.id) if returning else ()))
     )
@@ -324,6 +324,7 @@ def hints_not_sent(conn: Connection, *, operation_refs: Collection[str], stamp: 
             steps.c.operation_ref.in_(sorted(operation_refs)),
             steps.c.state == S.PENDING.value,
             steps.c.published_at == stamp,
+            *bookkeeping(conn.dialect.name == "postgresql"),
         )
         .values(published_at=None)
     )
