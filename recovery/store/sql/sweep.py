@@ -271,14 +271,18 @@ def unsent_guard(now: Any, operation_refs: Collection[str] | None = None) -> Any
     return and_(guard, steps.c.operation_ref.in_(sorted(operation_refs)))
 
 
-def _unsent_of_refs() -> Any:
+def _unsent_of_refs(*, one: bool) -> Any:
     """PostgreSQL's ``take_hints`` for the steps heard of: ``hand_out``'s statement with
-    the refs one array parameter, so it is built and compiled once and runs as its own
-    transaction."""
+    the refs one parameter, so it is built and compiled once and runs as its own
+    transaction. ``one``: a single ref, compared as a value rather than an array."""
     now = bindparam("now", type_=steps.c.published_at.type)
-    refs = bindparam("refs", type_=postgresql.ARRAY(steps.c.operation_ref.type))
+    if one:
+        named = steps.c.operation_ref == bindparam("ref", type_=steps.c.operation_ref.type)
+    else:
+        refs = bindparam("refs", type_=postgresql.ARRAY(steps.c.operation_ref.type))
+        named = steps.c.operation_ref == any_(refs)
     return hand_out_statement(
-        and_(unsent_guard(now), steps.c.operation_ref == any_(refs)),
+        and_(unsent_guard(now), named),
         limit=bindparam("limit", type_=Integer),
         published_at=now,
         name="heard_candidates",
@@ -287,15 +291,26 @@ def _unsent_of_refs() -> Any:
     )
 
 
-UNSENT_OF_REFS: Final = _unsent_of_refs()
+# A prepared statement keeps a generic plan only when PostgreSQL estimates it no dearer
+# than planning each call; with the refs as an array it assumes ten of them and never
+# does, so the relay's usual round (one new step) has a statement of its own that keeps
+# its plan.
+UNSENT_OF_REF: Final = _unsent_of_refs(one=True)
+UNSENT_OF_REFS: Final = _unsent_of_refs(one=False)
 
 
 def take_heard_hints(
     conn: Connection, *, now: datetime, limit: int, operation_refs: Collection[str]
 ) -> list[tuple[str, str]]:
     """``take_hints`` of ``operation_refs`` on PostgreSQL (``UNSENT_OF_REFS``)."""
-    parameters = {"now": now, "limit": limit, "refs": sorted(operation_refs)}
-    rows = oldest_due_first(conn.execute(UNSENT_OF_REFS, parameters).all())
+    refs = sorted(operation_refs)
+    if len(refs) == 1:
+        parameters: dict[str, Any] = {"now": now, "limit": limit, "ref": refs[0]}
+        statement = UNSENT_OF_REF
+    else:
+        parameters = {"now": now, "limit": limit, "refs": refs}
+        statement = UNSENT_OF_REFS
+    rows = oldest_due_first(conn.execute(statement, parameters).all())
     return [(row.operation_ref, row.tool) for row in rows]
 
 

@@ -19,6 +19,7 @@ from tests.support.recovery.store_support import LEASE, POLICY, T0, WRITE, creat
 from tests.support.recovery.stores import empty
 from toolsafe.recovery.db import make_engine
 from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.records import NewStep
 from toolsafe.recovery.store.sql import StepStore
 from toolsafe.testing.envelopes import escalate
 
@@ -126,3 +127,34 @@ def test_state_changes_wait_for_the_flush_after_bookkeeping_on_the_same_connecti
     assert len(durable) == 6 and not any(ran.unsynced for ran in durable), seen
     assert [ran.setting for ran in durable if ran.setting is not None] == ["on", "on"], seen
     assert session_setting(store) == "on"
+
+
+def test_the_relays_lookup_of_one_step_keeps_its_plan(one_connection: StepStore) -> None:
+    # The driver prepares a statement after a few runs; PostgreSQL then keeps a generic
+    # plan only when it estimates it no dearer than planning each call anew. With the
+    # refs as an array it assumed ten of them and planned the relay's lookup on every
+    # call; a single ref has a statement of its own.
+    store = one_connection
+    later = T0 + MINUTE
+    waiting = [NewStep("create_invoice", {"w": n}, f"w{n}", POLICY) for n in range(600)]
+    store.submit_many(waiting, now=T0)
+    with store.engine.begin() as conn:
+        conn.execute(text("ANALYZE steps"))  # the statistics autovacuum may take at any time
+    for n in range(12):
+        ref = f"w{n}"
+        assert store.take_hints(later, 10, [ref]) == [(ref, "create_invoice")]
+    assert store.take_hints(later, 10, ["w20", "w21"]) == [
+        ("w20", "create_invoice"),
+        ("w21", "create_invoice"),
+    ]
+    with store.engine.connect() as conn:
+        plans = [
+            (generic, custom)
+            for statement, generic, custom in conn.execute(
+                text("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+            )
+            if "heard_candidates" in statement
+        ]
+    assert len(plans) == 1, plans  # the two refs' statement ran once: not prepared yet
+    [(generic, custom)] = plans
+    assert generic > 0 and custom <= 5, plans  # five custom plans first, then one kept
