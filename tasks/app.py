@@ -43,7 +43,7 @@ from toolsafe.celeryconfig import (
 )
 from toolsafe.settings import Settings
 from toolsafe.tasks import pipeline, sweeper
-from toolsafe.tasks.broker_watch import RedisBrokerWatch
+from toolsafe.tasks.broker_watch import RedisBrokerWatch, pooled_connection
 from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.escalation import Handler, load_handlers
 from toolsafe.tasks.liveness import Heartbeat
@@ -194,10 +194,8 @@ class Publisher:
     def backlog(self) -> int | None:
         """Hints waiting in the execute and verify queues; None when the broker can't say."""
         try:
-            # A pooled connection, as a publish takes: a sweep asks every few seconds,
-            # and a new connection each time cost as much as the sweep's queries. A pool
-            # still exhausted after 5 s leaves the count unknown, as a broker down does.
-            with self.app.pool.acquire(block=True, timeout=5) as connection:
+            # A pool still exhausted leaves the count unknown, as a broker down does.
+            with pooled_connection(self.app) as connection:
                 channel = connection.default_channel
                 total = 0
                 for queue in (EXECUTE_QUEUE, VERIFY_QUEUE):

@@ -70,6 +70,17 @@ class Marker:
         )  # fmt: skip
 
 
+POOL_WAIT: Final = 5.0
+"""Seconds to wait for a connection of the app's broker pool before giving up."""
+
+
+def pooled_connection(app: Any) -> Any:
+    """A connection of ``app``'s broker pool, as a publish takes one (a sweep asks every
+    few seconds, and a new connection each time cost as much as the sweep's queries);
+    a pool still exhausted after ``POOL_WAIT`` raises, as a broker down does."""
+    return app.pool.acquire(block=True, timeout=POOL_WAIT)
+
+
 def parse_marker(raw: bytes | str | None) -> Marker | None:
     """The marker's value, or None when it is missing or not one of ours."""
     if raw is None:
@@ -142,7 +153,7 @@ class RedisBrokerWatch:
         self._seen: str | None = None  # the run_id this process last saw the marker on
 
     def _call(self, work: Any) -> Any:
-        with self.app.pool.acquire(block=True, timeout=5) as connection:  # pooled, as a publish
+        with pooled_connection(self.app) as connection:
             if connection.transport.driver_type != "redis":
                 return None
             return work(connection.default_channel.client)

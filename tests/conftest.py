@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -158,7 +159,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return scheduling
 
 
-def missing(service: str, reason: str) -> None:
+def missing(service: str, reason: str) -> NoReturn:
     """The one rule for a service a test needs: fail under CI, skip elsewhere."""
     if IN_CI:
         pytest.fail(f"{reason}; CI needs it (.ci/run installs and starts it)")

@@ -302,7 +302,8 @@ UNSENT_OF_REFS: Final = _unsent_of_refs(one=False)
 def take_heard_hints(
     conn: Connection, *, now: datetime, limit: int, operation_refs: Collection[str]
 ) -> list[tuple[str, str]]:
-    """``take_hints`` of ``operation_refs`` on PostgreSQL (``UNSENT_OF_REFS``)."""
+    """``take_hints`` of ``operation_refs`` on PostgreSQL: ``UNSENT_OF_REF`` for one,
+    ``UNSENT_OF_REFS`` for several."""
     refs = sorted(operation_refs)
     if len(refs) == 1:
         parameters: dict[str, Any] = {"now": now, "limit": limit, "ref": refs[0]}
