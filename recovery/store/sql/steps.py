@@ -382,15 +382,11 @@ class StepStore(StepSubmits, StepActions, ClaimShortcuts):
     def mark_published(self, operation_ref: str, now: datetime) -> None:
         """The step's message went out at ``now`` (bookkeeping: no version, no event)."""
         parameters = {"ref": operation_ref, "published_at": now}
-        if self.engine.dialect.name == "postgresql":
-            # Bookkeeping alone: its own transaction, without the flush's wait (R1).
-            updated = self._write_one_statement(
-                lambda conn: conn.execute(sql.MARK_PUBLISHED_UNSYNCED, parameters).rowcount
-            )
-        else:
-            updated = self._write(
-                lambda conn: conn.execute(sql.MARK_PUBLISHED, parameters).rowcount
-            )
+        # On PostgreSQL bookkeeping alone: one statement on its own, without the flush's
+        # wait (R1).
+        postgres = self.engine.dialect.name == "postgresql"
+        statement = sql.MARK_PUBLISHED_UNSYNCED if postgres else sql.MARK_PUBLISHED
+        updated = self._write_hot(lambda conn: conn.execute(statement, parameters).rowcount)
         if updated == 0:
             raise StepNotFound(operation_ref)
 
