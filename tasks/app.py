@@ -46,6 +46,7 @@ from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.broker_watch import RedisBrokerWatch, pooled_connection
 from toolsafe.tasks.clock import Clock
 from toolsafe.tasks.escalation import Handler, load_handlers
+from toolsafe.tasks.follow_up import StepReport
 from toolsafe.tasks.liveness import Heartbeat
 from toolsafe.tasks.logs import JsonFormatter
 from toolsafe.tasks.relay import HintRelay
@@ -263,14 +264,14 @@ def _register_tasks(app: ToolsafeApp) -> None:
     # waits), which Flower shows; the task-succeeded event carries it, no backend stores it.
     @app.task(**options(EXECUTE_TASK))  # type: ignore[untyped-decorator]
     def execute(operation_ref: str) -> dict[str, str]:
-        report = pipeline.StepReport(operation_ref)
+        report = StepReport(operation_ref)
         with tracing.consumed(execute.request, EXECUTE_TASK, operation_ref):
             pipeline.execute(runtime, publisher, operation_ref, report)
         return report.result()
 
     @app.task(**options(VERIFY_TASK))  # type: ignore[untyped-decorator]
     def verify(operation_ref: str) -> dict[str, str]:
-        report = pipeline.StepReport(operation_ref)
+        report = StepReport(operation_ref)
         with tracing.consumed(verify.request, VERIFY_TASK, operation_ref):
             pipeline.verify(runtime, publisher, operation_ref, report)
         return report.result()

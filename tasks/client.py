@@ -25,10 +25,9 @@ from toolsafe.recovery.states import NEEDS_AGENT, RESOLUTION_TARGETS, StepState
 from toolsafe.recovery.states import TERMINAL as TERMINAL_STATES
 from toolsafe.recovery.store import Recorded, StepRecord
 from toolsafe.settings import Settings
-from toolsafe.tasks import pipeline
 from toolsafe.tasks.app import ToolsafeApp, create_app, default_app
+from toolsafe.tasks.follow_up import Hints, carry_out
 from toolsafe.tasks.new_step import canonical_input, check_shape, sealed
-from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime
 from toolsafe.tasks.submitter import CallSpec as CallSpec
 from toolsafe.tasks.submitter import Submission as Submission
@@ -357,7 +356,7 @@ class Client:
         ref = recorded.step.operation_ref
         done = self.view(ref)
         try:
-            pipeline.carry_out(self.runtime, self.hints, recorded, self.runtime.now(), inject=False)
+            carry_out(self.runtime, self.hints, recorded, self.runtime.now(), inject=False)
         except (KombuOperationalError, OSError) as error:
             # The change is committed: that is the answer. The sweeper publishes the due
             # work whose hint did not go out (R7).

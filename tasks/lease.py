@@ -30,8 +30,9 @@ class Hold:
 
     ``holds()`` is this process's own view, on its monotonic clock: the lease is not
     known lost and has not run out since its last confirmed renewal, and the task's hard
-    time limit since the claim has not passed. A process that was paused (SIGSTOP) past
-    its lease wakes up with ``holds()`` false, before it sends anything.
+    time limit has not passed (``time_limit``: what is left of it at the claim). A
+    process that was paused (SIGSTOP) past its lease wakes up with ``holds()`` false,
+    before it sends anything.
     """
 
     def __init__(self, claim: Claim, lease: float, time_limit: float, claimed_at: float) -> None:
@@ -67,10 +68,15 @@ class Heartbeat:
     def interval(self) -> float:
         return self.runtime.settings.calls.heartbeat_interval
 
-    def hold(self, claim: Claim, claimed_at: float) -> Hold:
-        """Start keeping ``claim`` alive (``claimed_at``: monotonic, before the claim)."""
+    def hold(self, claim: Claim, claimed_at: float, started: float | None = None) -> Hold:
+        """Start keeping ``claim`` alive (``claimed_at``: monotonic, before the claim;
+        ``started``: when the task began, where its hard time limit counts from, if
+        earlier than the claim)."""
         settings = self.runtime.settings
-        hold = Hold(claim, settings.calls.lease, settings.calls.time_limit, claimed_at)
+        limit = settings.calls.time_limit
+        if started is not None:
+            limit -= max(claimed_at - started, 0.0)
+        hold = Hold(claim, settings.calls.lease, limit, claimed_at)
         hold.next_renewal = claimed_at + self.interval
         with self._lock:
             self._ensure_thread()

@@ -1,5 +1,6 @@
 """The bodies of the tasks: claim, call, record, carry out the Decision; escalate. The
-sweep and the release of parked delays are ``tasks/sweeper.py``.
+sweep and the release of parked delays are ``tasks/sweeper.py``; what follows a
+recorded Decision (its hints, the task's report) is ``tasks/follow_up.py``.
 
 Every function here treats its message as a hint (R1): it re-reads the step, does
 nothing when there is nothing to do, and never retries through ``Task.retry`` (R8).
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 from toolsafe import tracing
 from toolsafe.adapters import codes, lookup_codes
@@ -21,13 +23,13 @@ from toolsafe.adapters.guard import Redactions, call_adapter_recorded, call_look
 from toolsafe.adapters.protocol import CallContext, LookupResult, LookupUnavailable
 from toolsafe.recovery.outcomes import Executed, LookedUp, TransitionRefused
 from toolsafe.recovery.secrets import SecretKeyError
-from toolsafe.recovery.states import CANCEL_LATER, DUE_LATER, StepState
+from toolsafe.recovery.states import CANCEL_LATER, StepState
 from toolsafe.recovery.store import Claim, Recorded, Refused, StepNotFound, StepRecord
 from toolsafe.recovery.store.actions import CANCEL_REQUESTED
 from toolsafe.tasks import early
 from toolsafe.tasks.clock import on_database_clock
 from toolsafe.tasks.escalation import EscalationNotice, Handler, notify
-from toolsafe.tasks.faults import Faults
+from toolsafe.tasks.follow_up import Hints, StepReport, carry_out, log_event
 from toolsafe.tasks.lease import Hold, heartbeat_for, recover_if_owner_gone
 from toolsafe.tasks.runtime import Runtime, utcnow
 
@@ -35,77 +37,6 @@ log = logging.getLogger("toolsafe.pipeline")
 
 UNKNOWN_TOOL: Final = codes.UNKNOWN_TOOL
 SECRET_KEY_MISSING: Final = codes.SECRET_KEY_MISSING
-
-
-class Hints(Protocol):
-    """Where follow-up messages go (the Celery publisher, or anything that records).
-
-    ``tool`` names the step's tool for monitoring only (Flower shows it with the task);
-    the task itself reads everything from the step. ``recovery`` marks the hint of a
-    step waiting to retry (``retrying``): it goes out in the recovery lane
-    (``RECOVERY_QUEUE``) instead of behind the execute queue's new submissions."""
-
-    def execute(
-        self,
-        operation_ref: str,
-        due_at: datetime | None,
-        now: datetime,
-        *,
-        tool: str | None = None,
-        recovery: bool = False,
-    ) -> bool: ...
-
-    def verify(
-        self, operation_ref: str, due_at: datetime | None, now: datetime, *, tool: str | None = None
-    ) -> bool: ...
-
-    def escalation(self, operation_ref: str, *, tool: str | None = None) -> None: ...
-
-
-@dataclass
-class StepReport:
-    """What became of the step a task looked at: the result a task returns, which Flower
-    shows (the new state, and ``not_before`` when it waits), not the runtime's action."""
-
-    operation_ref: str
-    tool: str | None = None
-    state: str | None = None
-    not_before: datetime | None = None
-    note: str | None = None
-
-    def recorded(self, recorded: Recorded) -> None:
-        step = recorded.step
-        self.tool, self.state = step.tool, str(step.state)
-        self.not_before = step.due_at if step.state in DUE_LATER else None
-
-    def result(self) -> dict[str, str]:
-        # What became of the step first: Flower's narrow result column shows the start.
-        shown: dict[str, str] = {}
-        if self.state is not None:
-            shown["state"] = self.state
-        if self.not_before is not None:
-            shown["not_before"] = self.not_before.isoformat(timespec="seconds")
-        if self.note is not None:
-            shown["note"] = self.note
-        if self.tool is not None:
-            shown["tool"] = self.tool
-        shown["operation_ref"] = self.operation_ref
-        return shown
-
-
-def log_event(event: str, operation_ref: str, **fields: Any) -> None:
-    """One log line: ``event operation_ref key=value ...``, the same keys as ``extra``;
-    nothing is built when INFO is off."""
-    if not log.isEnabledFor(logging.INFO):
-        return
-    shown = " ".join(f"{key}={value}" for key, value in fields.items())
-    log.info(
-        "%s %s %s",
-        event,
-        operation_ref,
-        shown,
-        extra={"event": event, "operation_ref": operation_ref, **fields},
-    )
 
 
 def approval_ref(step: StepRecord) -> str | None:
@@ -130,50 +61,6 @@ def secret_key_missing(operation_ref: str, tool: str) -> ToolError:
     return codes.build_error(SECRET_KEY_MISSING, operation_ref, {"tool": tool[:100]})
 
 
-def retrying(step: StepRecord) -> bool:
-    """A step waiting out its retry delay (``waiting_retry``: a rate limit, an
-    unavailable dependency, a re-execution a lookup proved safe). Its execute hint goes
-    in the recovery lane: its agent has waited out the delay already, and a hint behind
-    the execute queue's backlog of new submissions would be late by that backlog."""
-    return step.state is StepState.WAITING_RETRY
-
-
-def carry_out(
-    runtime: Runtime, hints: Hints, recorded: Recorded, now: datetime, *, inject: bool = True
-) -> str:
-    """Publish what the Decision asks for; later work is left to the sweeper (R6).
-
-    ``inject=False`` skips the fault points (the client runs this too, and a fault
-    plan is meant for workers).
-    """
-    decision = recorded.decision
-    ref = recorded.step.operation_ref
-    due_at = decision.due_at or recorded.step.due_at
-    faults = runtime.faults if inject else Faults(False, None, None)
-    if decision.action in ("run", "verify"):
-        faults.hit("before_publish", ref)
-        if decision.action == "run":
-            published = hints.execute(
-                ref, due_at, now, tool=recorded.step.tool, recovery=retrying(recorded.step)
-            )
-        else:
-            published = hints.verify(ref, due_at, now, tool=recorded.step.tool)
-        faults.hit("after_publish", ref)
-        if published:
-            # Stamped with the time the hint will arrive: the sweeper re-publishes only
-            # if it has not done its work REPUBLISH_AFTER seconds past that.
-            arrives = due_at if due_at is not None and due_at > now else now
-            runtime.store.mark_published(ref, arrives)
-        else:
-            # Due beyond max_eta: parked in the store, released by the release timer.
-            log_event("parked", ref, due_at=str(due_at))
-    elif decision.action == "escalate":
-        faults.hit("before_publish", ref)
-        hints.escalation(ref, tool=recorded.step.tool)
-        faults.hit("after_publish", ref)
-    return decision.action
-
-
 def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
     """A refused hint for a leased step: if its owner is provably gone (this host saw
     it die), the step goes to verification now, as an expired lease would (R4)."""
@@ -188,6 +75,38 @@ def _owner_gone(runtime: Runtime, hints: Hints, operation_ref: str) -> bool:
 NOTHING_TO_DO: Final = "nothing to do: not due, held by another worker, or done"
 LEASE_LOST: Final = "lease lost: the step is being verified elsewhere"
 
+# A verification that proves the write absent runs the retry it allows in its own pool
+# slot when its lookup took at most this share of the soft time limit (the retry's call
+# keeps the rest of the task's limits); a slower lookup leaves it to the recovery lane.
+RETRY_HERE_SHARE: Final = 0.1
+RETRY_HERE: Final = "retry_here"
+
+
+@dataclass
+class RetryHere:
+    """Whether a verification runs the retry its lookup allowed itself: the decision is
+    a run due now, and the task (begun at ``started``, monotonic) has used at most
+    ``limit`` seconds. ``recorded`` keeps the verification's record, whose hint goes
+    out after all should the retry not be claimed here."""
+
+    started: float
+    limit: float
+    recorded: Recorded | None = None
+
+    @classmethod
+    def of(cls, runtime: Runtime, started: float) -> RetryHere:
+        return cls(started, runtime.settings.calls.soft_time_limit * RETRY_HERE_SHARE)
+
+    def takes(self, recorded: Recorded, now: datetime) -> bool:
+        decision = recorded.decision
+        if decision.action != "run" or time.monotonic() - self.started > self.limit:
+            return False
+        due_at = decision.due_at or recorded.step.due_at
+        if due_at is not None and due_at > now:
+            return False
+        self.recorded = recorded
+        return True
+
 
 def _claim(
     runtime: Runtime,
@@ -195,10 +114,12 @@ def _claim(
     report: StepReport,
     operation_ref: str,
     kind: Literal["execute", "verify"],
+    started: float | None = None,
 ) -> tuple[Claim, Hold] | str:
     """Claim the step for ``kind`` under a lease and start its heartbeat; or, when it
     may not run now, what happened instead (``owner_gone``, ``noop``), noted in
-    ``report``."""
+    ``report``. ``started``: when the task began, if before this claim (its time limit
+    counts from then)."""
     with tracing.span("toolsafe.claim", {"toolsafe.claim.kind": kind}) as traced:
         claim, claimed_at = early.claim_when_due(runtime, operation_ref, kind, traced)
         traced.set("toolsafe.claim.result", "noop" if isinstance(claim, Refused) else "claimed")
@@ -209,16 +130,23 @@ def _claim(
         log_event(f"{kind}_noop", operation_ref)
         report.note = NOTHING_TO_DO
         return "noop"
-    return claim, heartbeat_for(runtime).hold(claim, claimed_at)
+    return claim, heartbeat_for(runtime).hold(claim, claimed_at, started)
 
 
 def execute(
-    runtime: Runtime, hints: Hints, operation_ref: str, report: StepReport | None = None
+    runtime: Runtime,
+    hints: Hints,
+    operation_ref: str,
+    report: StepReport | None = None,
+    *,
+    started: float | None = None,
 ) -> str:
     """Run one execution of a step if it is due and unclaimed; returns what happened
-    (the Decision's action), and fills ``report`` with what became of the step."""
+    (the Decision's action), and fills ``report`` with what became of the step.
+    ``started``: when the task began, if well before this call (a verification that
+    runs the retry it allowed): the call's time limit counts from then."""
     report = report if report is not None else StepReport(operation_ref)
-    claimed = _claim(runtime, hints, report, operation_ref, "execute")
+    claimed = _claim(runtime, hints, report, operation_ref, "execute", started)
     if isinstance(claimed, str):
         return claimed
     # The GenAI conventions' tool-call span (docs/tracing.md): redacted values only.
@@ -323,14 +251,49 @@ def _execute_claimed(
 
 
 def verify(
-    runtime: Runtime, hints: Hints, operation_ref: str, report: StepReport | None = None
+    runtime: Runtime,
+    hints: Hints,
+    operation_ref: str,
+    report: StepReport | None = None,
+    *,
+    started: float | None = None,
 ) -> str:
-    """Look an unknown outcome up downstream if the step is due for verification."""
+    """Look an unknown outcome up downstream if the step is due for verification.
+
+    A lookup that proves the write absent allows a retry due now. This task then runs
+    it itself, a claim like any other (R3), when the lookup left it most of its time
+    limit (``RETRY_HERE_SHARE``; ``started``: when the task began, monotonic), instead
+    of publishing it to wait for a free pool slot; the retry's hint goes out as before
+    when the lookup was slower, or when the claim here finds nothing to do. Returns the
+    last action taken (the retry's, when it ran here)."""
     report = report if report is not None else StepReport(operation_ref)
+    started = time.monotonic() if started is None else started
     claimed = _claim(runtime, hints, report, operation_ref, "verify")
     if isinstance(claimed, str):
         return claimed
-    return _under_span("toolsafe.verify", _verify_claimed, runtime, hints, report, *claimed)
+    here = RetryHere.of(runtime, started)
+
+    def looked_up(
+        runtime: Runtime,
+        hints: Hints,
+        operation_ref: str,
+        report: StepReport,
+        claim: Claim,
+        hold: Hold,
+        traced: tracing.Off,
+    ) -> str:
+        return _verify_claimed(runtime, hints, operation_ref, report, claim, hold, traced, here)
+
+    action = _under_span("toolsafe.verify", looked_up, runtime, hints, report, *claimed)
+    if action != RETRY_HERE or here.recorded is None:
+        return action
+    log_event("retry_here", operation_ref)
+    action = execute(runtime, hints, operation_ref, report, started=started)
+    if action == "noop":
+        # Claimed elsewhere meanwhile, or not due yet by this process's clock: the
+        # retry's hint goes out as it would have (a second hint is harmless, R1).
+        carry_out(runtime, hints, here.recorded, runtime.now())
+    return action
 
 
 def _verify_claimed(
@@ -341,6 +304,7 @@ def _verify_claimed(
     claim: Claim,
     hold: Hold,
     traced: tracing.Off,
+    here: RetryHere | None = None,
 ) -> str:
     try:
         runtime.faults.hit("after_claim", operation_ref)
@@ -372,6 +336,7 @@ def _verify_claimed(
         held,
         LookedUp(found, redactions),
         "verify_recorded",
+        here=here,
         result=type(found).__name__,
     )
 
@@ -383,9 +348,12 @@ def _record(
     claim: Claim,
     outcome: Executed | LookedUp,
     event: str,
+    *,
+    here: RetryHere | None = None,
     **fields: Any,
 ) -> str:
-    """After the call: record the outcome under the claim, then carry out the Decision."""
+    """After the call: record the outcome under the claim, then carry out the Decision;
+    ``RETRY_HERE`` instead when ``here`` takes the retry it decides on."""
     ref = claim.step.operation_ref
     tool = claim.step.tool
     runtime.faults.hit("after_call", ref)
@@ -418,7 +386,10 @@ def _record(
     log_event(event, ref, state=state, action=recorded.decision.action, **fields)
     # Follow-up hints published here carry this trace (a retry, a verification).
     with tracing.span("toolsafe.decision", {"toolsafe.decision.action": recorded.decision.action}):
-        return carry_out(runtime, hints, recorded, runtime.now())
+        now = runtime.now()
+        if here is not None and here.takes(recorded, now):
+            return RETRY_HERE
+        return carry_out(runtime, hints, recorded, now)
 
 
 def honour_cancel_request(runtime: Runtime, recorded: Recorded) -> Recorded:

@@ -23,7 +23,8 @@ import logging
 import threading
 from typing import Final
 
-from toolsafe.tasks import pipeline, sweeper
+from toolsafe.tasks import sweeper
+from toolsafe.tasks.follow_up import Hints
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.release")
@@ -41,7 +42,7 @@ def tick_for(max_eta: float) -> float:
 class ReleaseTimer:
     """The thread that runs ``sweeper.release`` every ``tick`` seconds until stopped."""
 
-    def __init__(self, runtime: Runtime, hints: pipeline.Hints, tick: float | None = None) -> None:
+    def __init__(self, runtime: Runtime, hints: Hints, tick: float | None = None) -> None:
         self.runtime = runtime
         self.hints = hints
         self.tick = tick if tick is not None else tick_for(runtime.settings.broker.max_eta)

@@ -25,8 +25,8 @@ from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepRecord, StorePort, Submitted
 from toolsafe.recovery.store.submission import in_batch
 from toolsafe.tasks.app import Publisher
+from toolsafe.tasks.follow_up import Hints
 from toolsafe.tasks.new_step import new_step
-from toolsafe.tasks.pipeline import Hints
 from toolsafe.tasks.runtime import Runtime
 from toolsafe.tasks.submit_group import SubmitGroup
 from toolsafe.tasks.views import StepView, build_view

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store import StepRecord
 from toolsafe.tasks.broker_watch import BrokerWatch
-from toolsafe.tasks.pipeline import Hints, carry_out, log_event, retrying
+from toolsafe.tasks.follow_up import Hints, carry_out, log_event, retrying
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.pipeline")

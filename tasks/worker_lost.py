@@ -23,8 +23,8 @@ from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.worker.request import Request
 
 from toolsafe.recovery.owners import process_info
+from toolsafe.tasks.follow_up import Hints, carry_out
 from toolsafe.tasks.lease import owner_prefix, recover_process
-from toolsafe.tasks.pipeline import Hints, carry_out
 from toolsafe.tasks.runtime import Runtime
 
 log = logging.getLogger("toolsafe.lease")

@@ -23,7 +23,7 @@ from toolsafe.tasks.views import StepView
 
 if TYPE_CHECKING:
     from toolsafe.tasks.client import Client
-    from toolsafe.tasks.pipeline import Hints
+    from toolsafe.tasks.follow_up import Hints
 
 
 class WatchedHints:

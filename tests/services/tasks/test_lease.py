@@ -91,3 +91,17 @@ def test_a_hold_past_its_lease_without_renewal_no_longer_holds(runtime: Runtime)
     late = Hold(claim, LEASE, 0.5, time.monotonic() - 1.0)
     late.valid_until = time.monotonic() + LEASE
     assert not late.holds()
+
+
+def test_a_claim_made_late_in_its_task_keeps_only_the_time_limit_left(runtime: Runtime) -> None:
+    """A verification that runs the retry it allowed claims the step well after its task
+    began: the task's hard limit counts from that start, so the hold stops holding when
+    the limit left at the claim runs out, not a whole limit after the claim."""
+    claim, claimed_at = _claim(runtime, "h4")
+    limit = runtime.settings.calls.time_limit
+    beat = heartbeat_for(runtime)
+    hold = beat.hold(claim, claimed_at, started=claimed_at - (limit - 0.3))
+    assert hold.holds() and hold.deadline == pytest.approx(claimed_at + 0.3)
+    _until(lambda: not hold.holds())
+    assert not hold.lost and time.monotonic() - claimed_at < limit / 2
+    assert beat.release(hold) is not None

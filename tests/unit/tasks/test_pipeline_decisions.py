@@ -4,6 +4,7 @@ over the in-memory store, with a scripted adapter and a publisher that records."
 from __future__ import annotations
 
 import random
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -27,6 +28,7 @@ from tests.support.tasks.memory_support import (
 from toolsafe.adapters.protocol import LookupFound, LookupNotFound, LookupUnavailable
 from toolsafe.adapters.registry import Registry
 from toolsafe.recovery.outcomes import Executed
+from toolsafe.recovery.records import Claim, ClaimKind, Refused
 from toolsafe.recovery.states import StepState
 from toolsafe.recovery.store.memory import MemoryStore
 from toolsafe.recovery.store.memory.backend import memory_backend
@@ -322,17 +324,66 @@ def test_verify_found_succeeds_without_a_second_write(
     assert adapter.looked_up == [REF] and adapter.calls == [] and hints.take() == []
 
 
-def test_verify_not_found_after_the_window_retries_under_the_same_ref(
+def test_verify_not_found_after_the_window_retries_under_the_same_ref_in_its_own_slot(
     runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
 ) -> None:
     verifying_since(runtime)
     adapter.lookups.append(lambda: LookupNotFound(checked_at=now()))
-    assert pipeline.verify(runtime, hints, REF) == "run"
+    adapter.answers.append(success)
+    # The task that proved the write absent runs the retry itself: no hint waits for a
+    # free pool slot, and the retry is an ordinary claim of the same step.
+    assert pipeline.verify(runtime, hints, REF) == "succeed"
+    step = store.get(REF)
+    assert (step.state, step.commit_state, step.attempts) == (S.SUCCEEDED, "committed", 2)
+    [(sent_ref, _, context)] = adapter.calls
+    assert (sent_ref, context.attempt) == (REF, 2)
+    assert hints.take() == []
+    assert kinds(store)[-4:] == ["claimed", "looked_up", "claimed", "executed"]
+
+
+def test_a_slow_lookup_leaves_the_retry_it_allows_to_the_recovery_lane(
+    runtime: Runtime, store: MemoryStore, hints: RecordingHints, adapter: ScriptedAdapter
+) -> None:
+    verifying_since(runtime)
+    adapter.lookups.append(lambda: LookupNotFound(checked_at=now()))
+    # The task began longer ago than the share of its limit a retry here may lose.
+    late = SETTINGS.calls.soft_time_limit * pipeline.RETRY_HERE_SHARE + 1
+    assert pipeline.verify(runtime, hints, REF, started=time.monotonic() - late) == "run"
     step = store.get(REF)
     assert step.state is S.WAITING_RETRY and step.operation_ref == REF
     # The killed call's second chance goes out in the recovery lane, not behind the
-    # execute queue's backlog; an ordinary retry does not (the test above).
+    # execute queue's backlog; an ordinary retry does not (the tests above).
     assert hints.take() == [Hint("execute", REF, step.due_at, recovery=True)]
+    assert adapter.calls == []
+
+
+def test_a_retry_claimed_elsewhere_first_still_gets_its_hint(
+    runtime: Runtime,
+    store: MemoryStore,
+    hints: RecordingHints,
+    adapter: ScriptedAdapter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verifying_since(runtime)
+    adapter.lookups.append(lambda: LookupNotFound(checked_at=now()))
+    claim = store.claim
+
+    def another_worker_first(
+        kind: ClaimKind, operation_ref: str, owner: str, lease: timedelta, at: datetime
+    ) -> Claim | Refused:
+        if kind == "execute":
+            claim(kind, operation_ref, "other-worker", lease, at)
+        return claim(kind, operation_ref, owner, lease, at)
+
+    monkeypatch.setattr(store, "claim", another_worker_first)
+    assert pipeline.verify(runtime, hints, REF) == "noop"
+    step = store.get(REF)
+    # Nothing was called here; the step is the other worker's, and the hint went out as
+    # it would have (a second hint is harmless, R1).
+    assert (step.state, step.lease_owner) == (S.IN_FLIGHT, "other-worker")
+    assert adapter.calls == []
+    [hint] = hints.take()
+    assert (hint.kind, hint.operation_ref, hint.recovery) == ("execute", REF, True)
 
 
 def test_a_cancel_asked_for_while_verifying_cancels_a_write_found_absent(
