@@ -8,9 +8,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-import pytest
-
-from tests.conftest import IN_CI, needs_proc
+from tests.conftest import missing, needs_proc
 from toolsafe.recovery import owners
 from toolsafe.recovery.owners import process_info, provably_gone, this_process
 
@@ -65,7 +63,6 @@ def test_a_reused_pid_under_a_live_process_is_told_apart_by_its_start() -> None:
 def test_the_ps_fallback_reads_a_start_and_a_state() -> None:
     info = owners._from_ps(os.getpid())
     if info is None:
-        assert not IN_CI, "CI needs ps (procps) for the owner check's fallback"
-        pytest.skip("no ps on this machine")
+        missing("ps", "no ps (procps) on this machine for the owner check's fallback")
     assert info.running and info.start
     assert owners._from_ps(2**22 + 12345) == owners.ProcessInfo(start="", running=False)
