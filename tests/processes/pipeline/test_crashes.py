@@ -94,6 +94,8 @@ def test_sigkill_after_claim_verifies_then_executes_once(cluster: Cluster) -> No
     )
     assert view.attempts >= 2 and cluster.violations([ref]) == []
     assert cluster.effects(ref) == 1
+    # The task that proved the write absent ran the retry itself, without a hint.
+    assert f"retry_here {ref}" in cluster.workers[-1].text(), cluster.logs()
 
 
 def test_every_fault_point_ends_in_one_effect(cluster: Cluster) -> None:
