@@ -265,7 +265,7 @@ def verify(
     limit (``RETRY_HERE_SHARE``; ``started``: when the task began, monotonic), instead
     of publishing it to wait for a free pool slot; the retry's hint goes out as before
     when the lookup was slower, or when the claim here finds nothing to do. Returns the
-    last action taken (the retry's, when it ran here)."""
+    last action taken: the retry's when it ran here, else the verification's."""
     report = report if report is not None else StepReport(operation_ref)
     started = time.monotonic() if started is None else started
     claimed = _claim(runtime, hints, report, operation_ref, "verify")
@@ -289,11 +289,13 @@ def verify(
         return action
     log_event("retry_here", operation_ref)
     action = execute(runtime, hints, operation_ref, report, started=started)
-    if action == "noop":
-        # Claimed elsewhere meanwhile, or not due yet by this process's clock: the
-        # retry's hint goes out as it would have (a second hint is harmless, R1).
-        carry_out(runtime, hints, here.recorded, runtime.now())
-    return action
+    if action != "noop":
+        return action
+    # Claimed elsewhere meanwhile, or not due yet by this process's clock: the retry's
+    # hint goes out as it would have (a second hint is harmless, R1), and the task
+    # reports the verification's outcome, not the refused claim.
+    report.note = None
+    return carry_out(runtime, hints, here.recorded, runtime.now())
 
 
 def _verify_claimed(

@@ -35,6 +35,7 @@ from toolsafe.recovery.store.memory.backend import memory_backend
 from toolsafe.tasks import pipeline, sweeper
 from toolsafe.tasks.broker_watch import LossWindow
 from toolsafe.tasks.escalation import EscalationNotice
+from toolsafe.tasks.follow_up import StepReport
 from toolsafe.tasks.runtime import Runtime
 
 S = StepState
@@ -376,7 +377,10 @@ def test_a_retry_claimed_elsewhere_first_still_gets_its_hint(
         return claim(kind, operation_ref, owner, lease, at)
 
     monkeypatch.setattr(store, "claim", another_worker_first)
-    assert pipeline.verify(runtime, hints, REF) == "noop"
+    report = StepReport(REF)
+    assert pipeline.verify(runtime, hints, REF, report) == "run"
+    # The task reports what its verification recorded, not the claim refused after it.
+    assert report.result()["state"] == "waiting_retry" and "note" not in report.result()
     step = store.get(REF)
     # Nothing was called here; the step is the other worker's, and the hint went out as
     # it would have (a second hint is harmless, R1).
