@@ -8,6 +8,7 @@ nothing when there is nothing to do, and never retries through ``Task.retry`` (R
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -272,18 +273,7 @@ def verify(
     if isinstance(claimed, str):
         return claimed
     here = RetryHere.of(runtime, started)
-
-    def looked_up(
-        runtime: Runtime,
-        hints: Hints,
-        operation_ref: str,
-        report: StepReport,
-        claim: Claim,
-        hold: Hold,
-        traced: tracing.Off,
-    ) -> str:
-        return _verify_claimed(runtime, hints, operation_ref, report, claim, hold, traced, here)
-
+    looked_up = functools.partial(_verify_claimed, here=here)
     action = _under_span("toolsafe.verify", looked_up, runtime, hints, report, *claimed)
     if action != RETRY_HERE or here.recorded is None:
         return action
